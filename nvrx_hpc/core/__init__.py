@@ -1,0 +1,1 @@
+"""Core layer: configuration, wire protocol, errors and exit codes shared by every process."""
