@@ -1,0 +1,74 @@
+"""Entry point: assembles the command groups and turns NvrxError into a message, a hint and an exit code."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import typer
+
+from nvrx_hpc import __version__
+from nvrx_hpc.cli import cluster, config, hooks
+from nvrx_hpc.core.errors import NvrxError
+from nvrx_hpc.core.exit_codes import ExitCode
+
+app = typer.Typer(
+    name="nvrx-hpc",
+    help="Keeps large PyTorch training jobs alive on Slurm clusters.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(cluster.app, name="cluster")
+app.add_typer(config.app, name="config")
+hooks.register(app)
+
+_state = {"debug": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"nvrx-hpc {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Verbose logs and full tracebacks.", envvar="NVRX_DEBUG"),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    _state["debug"] = debug
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="nvrx-hpc: %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def run() -> None:
+    """Console-script entry: exit codes follow nvrx_hpc.core.exit_codes.ExitCode."""
+    try:
+        app(standalone_mode=False)
+    except NvrxError as exc:
+        if _state["debug"] or os.environ.get("NVRX_TRACEBACK"):
+            raise
+        typer.secho(f"error: {exc.message}", err=True, fg=typer.colors.RED)
+        if exc.hint:
+            typer.secho(f"hint: {exc.hint}", err=True)
+        sys.exit(int(exc.exit_code))
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(int(ExitCode.USAGE))
+    except Exception as exc:  # click's usage errors and our bugs
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(int(ExitCode.USAGE))
+        if _state["debug"]:
+            raise
+        typer.secho(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", err=True)
+        sys.exit(int(ExitCode.INTERNAL))
