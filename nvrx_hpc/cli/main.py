@@ -9,7 +9,7 @@ import sys
 import typer
 
 from nvrx_hpc import __version__
-from nvrx_hpc.cli import cluster, config, hooks
+from nvrx_hpc.cli import cluster, config, hooks, spank
 from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.core.exit_codes import ExitCode
 
@@ -22,6 +22,7 @@ app = typer.Typer(
 )
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(config.app, name="config")
+app.add_typer(spank.app, name="spank")
 hooks.register(app)
 
 _state = {"debug": False}

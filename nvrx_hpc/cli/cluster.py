@@ -1,0 +1,132 @@
+"""`nvrx-hpc cluster up|down|status|env`: a real Slurm cluster on this host for tests and the demo."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+import nvrx_hpc
+from nvrx_hpc.core.errors import ConfigError, NvrxError
+from nvrx_hpc.core.exit_codes import ExitCode
+from nvrx_hpc.slurm.devcluster import ClusterStatus, DevCluster, DevClusterSpec
+from nvrx_hpc.slurm.runner import CommandRunner
+
+app = typer.Typer(help="A real local Slurm cluster (munge, slurmctld, N slurmd) for tests and the demo.")
+
+_STATE_DIR = typer.Option(
+    Path("/tmp/nvrx-cluster"), "--state-dir", envvar="NVRX_CLUSTER_DIR", help="Where the cluster keeps everything."
+)
+_JSON = typer.Option(False, "--json", help="Print JSON alone on stdout.")
+
+
+def _default_plugin() -> Path | None:
+    """The plugin built in this source tree (`make -C spank`), built now if the sources are here."""
+    spank_dir = Path(nvrx_hpc.__file__).resolve().parent.parent / "spank"
+    plugin = spank_dir / "nvrx_spank.so"
+    if not plugin.exists() and (spank_dir / "Makefile").exists():
+        CommandRunner().run(["make", "-s", "-C", str(spank_dir)], timeout=120)
+    return plugin if plugin.exists() else None
+
+
+def _status_dict(status: ClusterStatus) -> dict:
+    return {
+        "running": status.running,
+        "state_dir": status.state_dir,
+        "slurm_conf": status.slurm_conf,
+        "error": status.error,
+        "daemons": [{"name": d.name, "pid": d.pid, "alive": d.alive} for d in status.daemons],
+        "nodes": [
+            {"name": n.name, "state": n.state, "flags": sorted(n.flags), "reason": n.reason or ""}
+            for n in status.nodes
+        ],
+    }
+
+
+def _print_status(status: ClusterStatus, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(_status_dict(status), indent=2))
+        return
+    console = Console()
+    table = Table(title=f"dev cluster at {status.state_dir}")
+    for column in ("node", "state", "flags", "reason"):
+        table.add_column(column)
+    for n in status.nodes:
+        table.add_row(n.name, n.state, ",".join(sorted(n.flags)), n.reason or "")
+    console.print(table)
+    daemons = ", ".join(f"{d.name}({d.pid}{'' if d.alive else ' dead'})" for d in status.daemons)
+    console.print(f"daemons: {daemons or 'none'}")
+    if status.error:
+        console.print(f"[red]{status.error}[/red]")
+    console.print(f"use it: eval \"$(nvrx-hpc cluster env --state-dir {shlex.quote(status.state_dir)})\"")
+
+
+@app.command()
+def up(
+    nodes: int = typer.Option(4, "--nodes", "-n", min=1, max=64, help="Number of virtual nodes n1..nN."),
+    state_dir: Path = _STATE_DIR,
+    cpus: int = typer.Option(2, "--cpus-per-node", min=1, max=256, help="CPUs each virtual node declares."),
+    ctld_port: int = typer.Option(16817, "--ctld-port", min=1024, max=65000, help="slurmctld's port."),
+    slurmd_port_base: int = typer.Option(16901, "--slurmd-port-base", min=1024, max=65000, help="Port of n1."),
+    spank: Path | None = typer.Option(None, "--spank", help="SPANK plugin to load [default: spank/nvrx_spank.so]."),
+    no_spank: bool = typer.Option(False, "--no-spank", help="Start without the SPANK plugin."),
+    timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds to wait for all nodes to be idle."),
+    as_json: bool = _JSON,
+) -> None:
+    """Start munge, slurmctld and N slurmd, and wait until every node is idle (idempotent)."""
+    if spank is not None and no_spank:
+        raise ConfigError("--spank and --no-spank exclude each other", hint="give one of them")
+    if spank is not None and not spank.is_file():
+        raise ConfigError(f"SPANK plugin {spank} does not exist", hint="build it with `make -C spank`")
+    plugin = None if no_spank else (spank.resolve() if spank else _default_plugin())
+    if plugin is None and not no_spank:
+        typer.secho("warning: SPANK plugin not built (make -C spank); starting without it", err=True)
+    spec = DevClusterSpec(
+        state_dir=state_dir,
+        nodes=nodes,
+        cpus_per_node=cpus,
+        ctld_port=ctld_port,
+        slurmd_port_base=slurmd_port_base,
+        spank_plugin=plugin,
+    )
+    status = DevCluster(spec).up(timeout=timeout)
+    _print_status(status, as_json)
+
+
+@app.command()
+def down(
+    state_dir: Path = _STATE_DIR,
+    keep_munge: bool = typer.Option(False, "--keep-munge", help="Leave munged running even if we started it."),
+) -> None:
+    """Cancel the cluster's jobs and stop exactly the daemons `up` started."""
+    try:
+        cluster = DevCluster.at(state_dir)
+    except NvrxError:
+        typer.echo(f"no dev cluster at {state_dir}; nothing to stop")
+        return
+    stopped = cluster.down(stop_munge=not keep_munge)
+    typer.echo(f"stopped {len(stopped)} daemons: {', '.join(stopped) or 'none were running'}")
+
+
+@app.command()
+def status(state_dir: Path = _STATE_DIR, as_json: bool = _JSON) -> None:
+    """Show the daemons and nodes; exits 69 when the cluster is not running."""
+    result = DevCluster.at(state_dir).status()
+    _print_status(result, as_json)
+    if not result.running:
+        raise typer.Exit(int(ExitCode.UNAVAILABLE))
+
+
+@app.command()
+def env(state_dir: Path = _STATE_DIR, as_json: bool = _JSON) -> None:
+    """Print the exports a shell needs: eval "$(nvrx-hpc cluster env)"."""
+    variables = DevCluster.at(state_dir).env
+    if as_json:
+        typer.echo(json.dumps(variables, indent=2))
+        return
+    for key, value in variables.items():
+        typer.echo(f"export {key}={shlex.quote(value)}")

@@ -1,0 +1,207 @@
+"""Brings the dev cluster up (idempotently), reports on it, and stops exactly what it started."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+
+from nvrx_hpc.core.errors import ClusterError, SlurmError
+from nvrx_hpc.slurm.api import NodeInfo
+from nvrx_hpc.slurm.cli_backend import CliBackend
+from nvrx_hpc.slurm.devcluster.files import client_env, read_spec, spec_to_json, write_config
+from nvrx_hpc.slurm.devcluster.layout import DevClusterSpec, Layout
+from nvrx_hpc.slurm.devcluster.processes import (
+    Manifest,
+    StartedProcess,
+    ensure_munge,
+    is_alive,
+    start_daemon,
+    stop_processes,
+)
+from nvrx_hpc.slurm.runner import CommandRunner
+
+__all__ = ["DevCluster", "ClusterStatus", "DaemonStatus"]
+
+log = logging.getLogger(__name__)
+
+_NOT_READY_FLAGS = {"NOT_RESPONDING", "DRAIN", "FAIL", "POWERING_UP", "POWERED_DOWN"}
+
+
+@dataclass(frozen=True)
+class DaemonStatus:
+    name: str
+    pid: int
+    alive: bool
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    state_dir: str
+    slurm_conf: str
+    daemons: tuple[DaemonStatus, ...]
+    nodes: tuple[NodeInfo, ...]
+    error: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return bool(self.daemons) and all(d.alive for d in self.daemons if d.name != "munged")
+
+
+class DevCluster:
+    """One dev cluster, identified by its state directory."""
+
+    def __init__(self, spec: DevClusterSpec, runner: CommandRunner | None = None) -> None:
+        self.spec = spec
+        self.layout = Layout(spec.state_dir)
+        self.runner = runner or CommandRunner(env=client_env(self.layout))
+        self.manifest = Manifest(self.layout)
+
+    @classmethod
+    def at(cls, state_dir, runner: CommandRunner | None = None) -> DevCluster:
+        """The cluster whose files are in `state_dir`, with the spec it was started with."""
+        spec = read_spec(Layout(DevClusterSpec(state_dir=state_dir).state_dir))
+        if spec is None:
+            raise ClusterError(
+                f"no dev cluster at {state_dir} (no etc/spec.json)", hint="start one with `nvrx-hpc cluster up`"
+            )
+        return cls(spec, runner)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return client_env(self.layout)
+
+    @property
+    def backend(self) -> CliBackend:
+        return CliBackend(self.runner)
+
+    def _slurm_daemons(self) -> list[StartedProcess]:
+        return [p for p in self.manifest.load() if p.name != "munged"]
+
+    def _expected_daemons(self) -> set[str]:
+        return {"slurmctld", *(f"slurmd-{n}" for n in self.spec.node_names)}
+
+    def _check_installed(self) -> None:
+        for program in ("slurmctld", "slurmd", "sinfo", "srun", "sbatch", "scontrol", "munged", "munge"):
+            self.runner.which(program)
+
+    def is_running(self) -> bool:
+        procs = self._slurm_daemons()
+        alive = {p.name for p in procs if is_alive(p)}
+        return bool(alive) and alive == self._expected_daemons()
+
+    def up(self, timeout: float = 60.0) -> ClusterStatus:
+        """Start munge, slurmctld and the slurmds, then wait until every node is idle.
+
+        Idempotent: a cluster already running with the same spec is left alone. A running cluster
+        with another spec is an error (stop it first); a half-running one is restarted.
+        """
+        self._check_installed()
+        ensure_munge(self.runner, self.manifest)
+        previous = read_spec(self.layout)
+        if self.is_running():
+            if previous is not None and spec_to_json(previous) != spec_to_json(self.spec):
+                raise ClusterError(
+                    f"a dev cluster with other settings is running at {self.layout.root}",
+                    hint="stop it with `nvrx-hpc cluster down` first, or pick another --state-dir",
+                )
+            return self.status()
+        if self._slurm_daemons():
+            log.warning("dev cluster at %s is only partly running; restarting it", self.layout.root)
+            self.down(stop_munge=False)
+        self._fresh_start()
+        self._wait_idle(timeout)
+        return self.status()
+
+    def _fresh_start(self) -> None:
+        # Job ids restart at 1 with a wiped state dir; that is fine for a throwaway cluster.
+        for stale in (self.layout.state, self.layout.root / "spool", self.layout.root / "pmix"):
+            shutil.rmtree(stale, ignore_errors=True)
+        write_config(self.spec, self.layout)
+        conf = str(self.layout.slurm_conf)
+        start_daemon(
+            "slurmctld",
+            [self.runner.which("slurmctld"), "-D", "-f", conf],
+            self.layout.log / "slurmctld.out",
+            self.manifest,
+        )
+        slurmd = self.runner.which("slurmd")
+        for node in self.spec.node_names:
+            node_conf = str(self.layout.node_etc(node) / "slurm.conf")
+            start_daemon(
+                f"slurmd-{node}",
+                [slurmd, "-D", "-N", node, "-f", node_conf],
+                self.layout.log / f"slurmd-{node}.out",
+                self.manifest,
+            )
+
+    def _wait_idle(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last: str = "no answer from sinfo yet"
+        while time.monotonic() < deadline:
+            dead = [p.name for p in self._slurm_daemons() if not is_alive(p)]
+            if dead:
+                raise ClusterError(
+                    f"{', '.join(dead)} exited during start-up",
+                    hint=f"read the logs in {self.layout.log}",
+                )
+            try:
+                nodes = self.backend.list_nodes()
+            except SlurmError as exc:
+                last = exc.message
+            else:
+                ready = [n for n in nodes if n.state == "idle" and not (n.flags & _NOT_READY_FLAGS)]
+                if len(ready) == self.spec.nodes:
+                    return
+                last = ", ".join(f"{n.name}={n.state}{'+' + '+'.join(sorted(n.flags)) if n.flags else ''}" for n in nodes)
+            time.sleep(0.2)
+        raise ClusterError(
+            f"nodes not idle after {timeout:g} s ({last})",
+            hint=f"read {self.layout.log}/slurmctld.log and slurmd-*.log",
+        )
+
+    def down(self, *, stop_munge: bool = True, grace_s: float = 10.0) -> list[str]:
+        """Cancel this cluster's jobs, then stop exactly the daemons recorded in the manifest.
+
+        Returns the names of the processes stopped.
+        """
+        procs = self.manifest.load()
+        if not stop_munge:
+            procs = [p for p in procs if p.name != "munged"]
+        if any(p.name == "slurmctld" and is_alive(p) for p in procs):
+            self.runner.run(["scancel", "--full", "--user", self._user()], timeout=10, check=False)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                # Without --states squeue lists only pending, running and completing jobs.
+                queue = self.runner.run(["squeue", "--noheader", "--format=%i"], timeout=10, check=False)
+                if queue.returncode != 0 or not queue.stdout.strip():
+                    break
+                time.sleep(0.2)
+        stopped = [p.name for p in procs if is_alive(p)]
+        killed = stop_processes(procs, grace_s)
+        if killed:
+            log.warning("needed SIGKILL for %s", ", ".join(killed))
+        kept = [p for p in self.manifest.load() if p not in procs]
+        self.manifest.save(kept)
+        return stopped
+
+    def status(self) -> ClusterStatus:
+        daemons = tuple(DaemonStatus(p.name, p.pid, is_alive(p)) for p in self.manifest.load())
+        nodes: tuple[NodeInfo, ...] = ()
+        error = None
+        if any(d.alive and d.name == "slurmctld" for d in daemons):
+            try:
+                nodes = tuple(self.backend.list_nodes())
+            except SlurmError as exc:
+                error = exc.message
+        else:
+            error = "slurmctld is not running"
+        return ClusterStatus(str(self.layout.root), str(self.layout.slurm_conf), daemons, nodes, error)
+
+    @staticmethod
+    def _user() -> str:
+        import getpass
+
+        return getpass.getuser()
+

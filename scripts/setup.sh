@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what nvrx-hpc's tests and demo need on a fresh Debian 12 machine (idempotent, fast when done).
+#   apt: Slurm 22.05 (slurmctld, slurmd, client, libslurm-dev for spank.h), munge, Open MPI + PMIx
+#   pip: this project in editable mode with the dev, mpi and torch extras (torch pinned to the CPU wheel)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+PYTHON=${PYTHON:-python3}
+log() { echo "[setup] $*"; }
+
+pkgs=(slurmctld slurmd slurm-client munge libslurm-dev openmpi-bin libpmix-dev make gcc)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "[setup] missing Debian packages: ${missing[*]}; run as root or: sudo apt-get install ${missing[*]}" >&2
+    exit 69
+  fi
+  log "apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  }
+fi
+
+# Editable install of this very tree, with every extra the tests use.
+if ! "$PYTHON" - "$repo" <<'PY' >/dev/null 2>&1
+import sys, pathlib, importlib
+import nvrx_hpc
+assert pathlib.Path(nvrx_hpc.__file__).resolve().parent.parent == pathlib.Path(sys.argv[1]).resolve()
+for m in ("typer", "rich", "jinja2", "pydantic", "msgpack", "psutil", "pytest", "hypothesis", "mpi4py", "torch"):
+    importlib.import_module(m)
+PY
+then
+  log "pip install -e .[dev,mpi,torch]"
+  "$PYTHON" -m pip install -q --disable-pip-version-check -e "$repo[dev,mpi,torch]"
+fi
+log "ok"

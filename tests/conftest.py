@@ -1,0 +1,81 @@
+"""Shared fixtures. `cluster` brings up a real local Slurm cluster (munge, slurmctld, 4 slurmd) once per session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nvrx_hpc.slurm.devcluster import DevCluster, DevClusterSpec
+
+REPO = Path(__file__).resolve().parent.parent
+SPANK_DIR = REPO / "spank"
+# Own directory and ports, so the tests never touch a demo cluster (16817) or a site Slurm (6817).
+TEST_CLUSTER_DIR = Path(os.environ.get("NVRX_TEST_CLUSTER_DIR", "/tmp/nvrx-test-cluster"))
+TEST_CTLD_PORT = 16837
+TEST_SLURMD_PORT_BASE = 16941
+
+
+@dataclass(frozen=True)
+class ClusterHandle:
+    """What a cluster test needs: merge `env` over os.environ for every srun/sbatch/scontrol."""
+
+    dev: DevCluster
+    env: dict[str, str]
+    conf_path: Path
+    state_dir: Path
+    nodes: tuple[str, ...]
+    spank_plugin: Path | None
+
+    def run(self, argv: list[str], timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+        """Run a Slurm client command against this cluster, with a mandatory timeout."""
+        env = {**os.environ, **self.env, **kwargs.pop("env", {})}
+        return subprocess.run(argv, env=env, timeout=timeout, capture_output=True, text=True, **kwargs)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "tests/cluster/" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.slurm)
+
+
+def _missing_slurm() -> list[str]:
+    return [p for p in ("slurmctld", "slurmd", "munged", "srun", "sbatch") if shutil.which(p) is None]
+
+
+@pytest.fixture(scope="session")
+def cluster() -> ClusterHandle:
+    missing = _missing_slurm()
+    if missing:
+        message = f"Slurm is not installed here (missing {', '.join(missing)}); run .ci/run or apt-get install slurm-wlm"
+        if os.environ.get("NVRX_REQUIRE_CLUSTER") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    plugin = None
+    if (SPANK_DIR / "Makefile").exists():
+        subprocess.run(["make", "-s", "-C", str(SPANK_DIR)], check=True, timeout=120)
+        plugin = SPANK_DIR / "nvrx_spank.so"
+    spec = DevClusterSpec(
+        state_dir=TEST_CLUSTER_DIR,
+        nodes=4,
+        ctld_port=TEST_CTLD_PORT,
+        slurmd_port_base=TEST_SLURMD_PORT_BASE,
+        spank_plugin=plugin,
+    )
+    dev = DevCluster(spec)
+    started_here = not dev.is_running()
+    dev.up(timeout=90)
+    yield ClusterHandle(
+        dev=dev,
+        env=dev.env,
+        conf_path=dev.layout.slurm_conf,
+        state_dir=dev.layout.root,
+        nodes=spec.node_names,
+        spank_plugin=plugin,
+    )
+    if started_here and os.environ.get("NVRX_TEST_KEEP_CLUSTER") != "1":
+        dev.down(stop_munge=False)
