@@ -50,7 +50,8 @@ def _main(
 def run() -> None:
     """Console-script entry: exit codes follow nvrx_hpc.core.exit_codes.ExitCode."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns typer.Exit's code instead of exiting.
+        code = app(standalone_mode=False)
     except NvrxError as exc:
         if _state["debug"] or os.environ.get("NVRX_TRACEBACK"):
             raise
@@ -64,12 +65,12 @@ def run() -> None:
         typer.echo("aborted", err=True)
         sys.exit(int(ExitCode.USAGE))
     except Exception as exc:  # click's usage errors and our bugs
-        import click
-
-        if isinstance(exc, click.ClickException):
+        # Typer may vendor its own click, so recognise usage errors by shape, not by class.
+        if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             sys.exit(int(ExitCode.USAGE))
         if _state["debug"]:
             raise
         typer.secho(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", err=True)
         sys.exit(int(ExitCode.INTERNAL))
+    sys.exit(code if isinstance(code, int) else 0)

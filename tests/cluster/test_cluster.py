@@ -91,10 +91,25 @@ def test_up_is_idempotent_and_env_points_at_the_cluster(cluster):
 
 
 def test_up_with_other_settings_on_a_running_cluster_is_refused(cluster):
-    other = nvrx("cluster", "up", "--state-dir", str(cluster.state_dir), "--nodes", "2", "--no-spank")
+    other = nvrx(
+        "cluster", "up", "--state-dir", str(cluster.state_dir), "--nodes", "2", "--no-spank",
+        "--ctld-port", str(cluster.dev.spec.ctld_port), "--slurmd-port-base", str(cluster.dev.spec.slurmd_port_base),
+    )
     assert other.returncode == 69
     assert "other settings is running" in other.stderr
     assert "hint: stop it with `nvrx-hpc cluster down`" in other.stderr
+    assert cluster.dev.is_running()
+
+
+def test_up_on_ports_in_use_fails_before_starting_anything(cluster, tmp_path):
+    taken = nvrx(
+        "cluster", "up", "--state-dir", str(tmp_path / "clash"), "--nodes", "1", "--no-spank",
+        "--ctld-port", str(cluster.dev.spec.ctld_port), "--slurmd-port-base", "16991",
+    )
+    assert taken.returncode == 69
+    assert f"port {cluster.dev.spec.ctld_port} is in use" in taken.stderr
+    assert not (tmp_path / "clash" / "pids" / "started.json").exists()
+    assert cluster.dev.is_running()
 
 
 def test_down_stops_exactly_what_it_started(cluster, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import socket
 import time
 from dataclasses import dataclass
 
@@ -79,17 +80,18 @@ class DevCluster:
     def _slurm_daemons(self) -> list[StartedProcess]:
         return [p for p in self.manifest.load() if p.name != "munged"]
 
-    def _expected_daemons(self) -> set[str]:
-        return {"slurmctld", *(f"slurmd-{n}" for n in self.spec.node_names)}
-
     def _check_installed(self) -> None:
         for program in ("slurmctld", "slurmd", "sinfo", "srun", "sbatch", "scontrol", "munged", "munge"):
             self.runner.which(program)
 
+    def _alive_daemons(self) -> set[str]:
+        return {p.name for p in self._slurm_daemons() if is_alive(p)}
+
     def is_running(self) -> bool:
-        procs = self._slurm_daemons()
-        alive = {p.name for p in procs if is_alive(p)}
-        return bool(alive) and alive == self._expected_daemons()
+        """Every daemon of the recorded spec is alive."""
+        recorded = read_spec(self.layout) or self.spec
+        alive = self._alive_daemons()
+        return bool(alive) and alive == _daemon_names(recorded)
 
     def up(self, timeout: float = 60.0) -> ClusterStatus:
         """Start munge, slurmctld and the slurmds, then wait until every node is idle.
@@ -100,16 +102,17 @@ class DevCluster:
         self._check_installed()
         ensure_munge(self.runner, self.manifest)
         previous = read_spec(self.layout)
-        if self.is_running():
+        if self._alive_daemons():
             if previous is not None and spec_to_json(previous) != spec_to_json(self.spec):
                 raise ClusterError(
                     f"a dev cluster with other settings is running at {self.layout.root}",
                     hint="stop it with `nvrx-hpc cluster down` first, or pick another --state-dir",
                 )
-            return self.status()
-        if self._slurm_daemons():
+            if self.is_running():
+                return self.status()
             log.warning("dev cluster at %s is only partly running; restarting it", self.layout.root)
             self.down(stop_munge=False)
+        _check_ports_free(self.spec)
         self._fresh_start()
         self._wait_idle(timeout)
         return self.status()
@@ -205,3 +208,22 @@ class DevCluster:
 
         return getpass.getuser()
 
+
+
+def _daemon_names(spec: DevClusterSpec) -> set[str]:
+    return {"slurmctld", *(f"slurmd-{n}" for n in spec.node_names)}
+
+
+def _check_ports_free(spec: DevClusterSpec) -> None:
+    """Fail before starting anything when another Slurm (or anything) holds one of our ports."""
+    ports = [spec.ctld_port, *range(spec.slurmd_port_base, spec.slurmd_port_base + spec.nodes)]
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("0.0.0.0", port))
+            except OSError as exc:
+                raise ClusterError(
+                    f"port {port} is in use ({exc.strerror}); another Slurm or dev cluster may be running",
+                    hint="stop it (`nvrx-hpc cluster down --state-dir ...`) or choose --ctld-port/--slurmd-port-base",
+                ) from None
