@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from nvrx_hpc.core.errors import ProtocolError
+from nvrx_hpc.core.templates import expand_percent
 from nvrx_hpc.slurm.spank_messages import MAX_LINE_BYTES, Register, StepEnd, TaskExit, parse_spank_line
 
 __all__ = ["SpankListener", "expand_socket_template"]
@@ -24,17 +25,7 @@ Message = Register | TaskExit | StepEnd
 
 def expand_socket_template(template: str, node: str, job: str = "") -> Path:
     """The plugin's path template: %n node name, %j job id, %% a percent sign."""
-    out, i = [], 0
-    while i < len(template):
-        ch = template[i]
-        if ch == "%" and i + 1 < len(template):
-            nxt = template[i + 1]
-            out.append({"n": node, "j": job, "%": "%"}.get(nxt, "%" + nxt))
-            i += 2
-        else:
-            out.append(ch)
-            i += 1
-    return Path("".join(out))
+    return Path(expand_percent(template, job_id=job, node=node))
 
 
 class SpankListener:
