@@ -10,7 +10,7 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 say "1. bring up the local Slurm cluster (munge, slurmctld, slurmd n1..n4) with the SPANK plugin"
 nvrx cluster up
 eval "$(nvrx cluster env)"
-state=$NVRX_CLUSTER_DIR
+state=$NVRX_CLUSTER__STATE_DIR
 demo=$state/demo
 rm -rf "$demo"; mkdir -p "$demo/sock"
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 import nvrx_hpc
+from nvrx_hpc.core.config import ClusterConfig, load_config
 from nvrx_hpc.core.errors import ConfigError, NvrxError
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.slurm.devcluster import ClusterStatus, DevCluster, DevClusterSpec
@@ -19,9 +20,19 @@ from nvrx_hpc.slurm.runner import CommandRunner
 app = typer.Typer(help="A real local Slurm cluster (munge, slurmctld, N slurmd) for tests and the demo.")
 
 _STATE_DIR = typer.Option(
-    Path("/tmp/nvrx-cluster"), "--state-dir", envvar="NVRX_CLUSTER_DIR", help="Where the cluster keeps everything."
+    None, "--state-dir", help="Where the cluster keeps everything [default: cluster.state_dir, /tmp/nvrx-cluster]."
 )
 _JSON = typer.Option(False, "--json", help="Print JSON alone on stdout.")
+
+
+def _cluster_config(**flags) -> ClusterConfig:
+    """Flags given on the command line override the config (site TOML, NVRX_CLUSTER__* env)."""
+    overrides = {f"cluster.{key}": value for key, value in flags.items() if value is not None}
+    return load_config(overrides=overrides).config.cluster
+
+
+def _state_dir(flag: Path | None) -> Path:
+    return Path(_cluster_config(state_dir=str(flag.absolute()) if flag else None).state_dir)
 
 
 def _default_plugin() -> Path | None:
@@ -67,11 +78,13 @@ def _print_status(status: ClusterStatus, as_json: bool) -> None:
 
 @app.command()
 def up(
-    nodes: int = typer.Option(4, "--nodes", "-n", min=1, max=64, help="Number of virtual nodes n1..nN."),
-    state_dir: Path = _STATE_DIR,
-    cpus: int = typer.Option(2, "--cpus-per-node", min=1, max=256, help="CPUs each virtual node declares."),
-    ctld_port: int = typer.Option(16817, "--ctld-port", min=1024, max=65000, help="slurmctld's port."),
-    slurmd_port_base: int = typer.Option(16901, "--slurmd-port-base", min=1024, max=65000, help="Port of n1."),
+    nodes: int | None = typer.Option(None, "--nodes", "-n", min=1, max=64, help="Virtual nodes n1..nN [default: 4]."),
+    state_dir: Path | None = _STATE_DIR,
+    cpus: int | None = typer.Option(None, "--cpus-per-node", min=1, help="CPUs each node declares [default: 2]."),
+    ctld_port: int | None = typer.Option(None, "--ctld-port", min=1024, max=65535, help="slurmctld port [16817]."),
+    slurmd_port_base: int | None = typer.Option(
+        None, "--slurmd-port-base", min=1024, max=65535, help="Port of n1; nK uses base+K-1 [default: 16901]."
+    ),
     spank: Path | None = typer.Option(None, "--spank", help="SPANK plugin to load [default: spank/nvrx_spank.so]."),
     no_spank: bool = typer.Option(False, "--no-spank", help="Start without the SPANK plugin."),
     timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds to wait for all nodes to be idle."),
@@ -85,12 +98,19 @@ def up(
     plugin = None if no_spank else (spank.resolve() if spank else _default_plugin())
     if plugin is None and not no_spank:
         typer.secho("warning: SPANK plugin not built (make -C spank); starting without it", err=True)
-    spec = DevClusterSpec(
-        state_dir=state_dir,
+    settings = _cluster_config(
+        state_dir=str(state_dir.absolute()) if state_dir else None,
         nodes=nodes,
         cpus_per_node=cpus,
         ctld_port=ctld_port,
         slurmd_port_base=slurmd_port_base,
+    )
+    spec = DevClusterSpec(
+        state_dir=Path(settings.state_dir),
+        nodes=settings.nodes,
+        cpus_per_node=settings.cpus_per_node,
+        ctld_port=settings.ctld_port,
+        slurmd_port_base=settings.slurmd_port_base,
         spank_plugin=plugin,
     )
     status = DevCluster(spec).up(timeout=timeout)
@@ -99,10 +119,11 @@ def up(
 
 @app.command()
 def down(
-    state_dir: Path = _STATE_DIR,
+    state_dir: Path | None = _STATE_DIR,
     keep_munge: bool = typer.Option(False, "--keep-munge", help="Leave munged running even if we started it."),
 ) -> None:
     """Cancel the cluster's jobs and stop exactly the daemons `up` started."""
+    state_dir = _state_dir(state_dir)
     try:
         cluster = DevCluster.at(state_dir)
     except NvrxError:
@@ -113,18 +134,18 @@ def down(
 
 
 @app.command()
-def status(state_dir: Path = _STATE_DIR, as_json: bool = _JSON) -> None:
+def status(state_dir: Path | None = _STATE_DIR, as_json: bool = _JSON) -> None:
     """Show the daemons and nodes; exits 69 when the cluster is not running."""
-    result = DevCluster.at(state_dir).status()
+    result = DevCluster.at(_state_dir(state_dir)).status()
     _print_status(result, as_json)
     if not result.running:
         raise typer.Exit(int(ExitCode.UNAVAILABLE))
 
 
 @app.command()
-def env(state_dir: Path = _STATE_DIR, as_json: bool = _JSON) -> None:
+def env(state_dir: Path | None = _STATE_DIR, as_json: bool = _JSON) -> None:
     """Print the exports a shell needs: eval "$(nvrx-hpc cluster env)"."""
-    variables = DevCluster.at(state_dir).env
+    variables = DevCluster.at(_state_dir(state_dir)).env
     if as_json:
         typer.echo(json.dumps(variables, indent=2))
         return

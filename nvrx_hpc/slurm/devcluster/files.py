@@ -36,7 +36,7 @@ def client_env(layout: Layout) -> dict[str, str]:
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
         "GLOO_SOCKET_IFNAME": "lo",
-        "NVRX_CLUSTER_DIR": str(layout.root),
+        "NVRX_CLUSTER__STATE_DIR": str(layout.root),
     }
 
 
@@ -69,7 +69,7 @@ def _hook_wrapper(kind: str, layout: Layout) -> str:
     env = {
         "PYTHONPATH": str(source_root),
         "NVRX_HOOK_LOG": str(layout.log / "hooks.jsonl"),
-        "NVRX_CLUSTER_DIR": str(layout.root),
+        "NVRX_CLUSTER__STATE_DIR": str(layout.root),
     }
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return (
