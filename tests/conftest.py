@@ -51,7 +51,7 @@ def _missing_slurm() -> list[str]:
 def cluster() -> ClusterHandle:
     missing = _missing_slurm()
     if missing:
-        message = f"Slurm is not installed here (missing {', '.join(missing)}); run .ci/run or apt-get install slurm-wlm"
+        message = f"Slurm is not installed (missing {', '.join(missing)}); run `make test` or apt-get install slurm-wlm"
         if os.environ.get("NVRX_REQUIRE_CLUSTER") == "1":
             pytest.fail(message)
         pytest.skip(message)

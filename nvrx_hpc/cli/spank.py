@@ -23,7 +23,9 @@ def listen(
     socket: str = typer.Option(..., "--socket", help="Socket path template, %n = node name (e.g. /tmp/s/%n.sock)."),
     nodes: str = typer.Option(..., "--nodes", help="Nodes to listen for, as a hostlist: n[1-2]."),
     timeout: float = typer.Option(60.0, "--timeout", min=0.1, help="Give up after this many seconds."),
-    steps: int = typer.Option(0, "--steps", min=0, help="Stop once every node ended this many job steps (0: run until --timeout)."),
+    steps: int = typer.Option(
+        0, "--steps", min=0, help="Stop once every node ended this many job steps (0: run until --timeout)."
+    ),
 ) -> None:
     """Print every message from the plugin as one JSON line on stdout."""
     names = expand(nodes)

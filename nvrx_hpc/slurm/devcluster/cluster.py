@@ -157,7 +157,7 @@ class DevCluster:
                 ready = [n for n in nodes if n.state == "idle" and not (n.flags & _NOT_READY_FLAGS)]
                 if len(ready) == self.spec.nodes:
                     return
-                last = ", ".join(f"{n.name}={n.state}{'+' + '+'.join(sorted(n.flags)) if n.flags else ''}" for n in nodes)
+                last = ", ".join(f"{n.name}={'+'.join([n.state, *sorted(n.flags)])}" for n in nodes)
             time.sleep(0.2)
         raise ClusterError(
             f"nodes not idle after {timeout:g} s ({last})",
