@@ -10,7 +10,7 @@ setup:
 spank: setup
 	$(MAKE) -C spank
 
-test: setup spank
+test: setup spank lint
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 unit: setup
