@@ -16,7 +16,7 @@ __all__ = ["Register", "TaskExit", "StepEnd", "SpankMessage", "parse_spank_line"
 
 MAX_LINE_BYTES = 4096  # the plugin's messages are a few hundred bytes
 
-StepId = int | Literal["batch"]
+StepId = int | Literal["batch", "interactive"]
 
 
 class _Base(BaseModel):
