@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from nvrx_hpc.slurm.devcluster import DevCluster, DevClusterSpec
+from nvrx_hpc.slurm.devcluster.files import read_spec, spec_to_json
 
 REPO = Path(__file__).resolve().parent.parent
 SPANK_DIR = REPO / "spank"
@@ -67,6 +68,10 @@ def cluster() -> ClusterHandle:
         spank_plugin=plugin,
     )
     dev = DevCluster(spec)
+    recorded = read_spec(dev.layout)
+    if recorded is not None and spec_to_json(recorded) != spec_to_json(spec):
+        # The test cluster belongs to the tests: one left by another checkout (other plugin path) is replaced.
+        dev.down(stop_munge=False)
     started_here = not dev.is_running()
     dev.up(timeout=90)
     yield ClusterHandle(
