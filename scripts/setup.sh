@@ -23,15 +23,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   }
 fi
 
-# Editable install of this very tree, with every extra the tests use.
-if ! "$PYTHON" - "$repo" <<'PY' >/dev/null 2>&1
+# Editable install of this very tree, with every extra the tests use. The check runs from / so that a
+# checkout in the current directory does not pass for an installed package.
+if ! (cd / && "$PYTHON" - "$repo" <<'PY' >/dev/null 2>&1
 import sys, pathlib, importlib
 import nvrx_hpc
 assert pathlib.Path(nvrx_hpc.__file__).resolve().parent.parent == pathlib.Path(sys.argv[1]).resolve()
 for m in ("typer", "rich", "jinja2", "pydantic", "msgpack", "psutil", "pytest", "hypothesis", "mpi4py", "torch"):
     importlib.import_module(m)
 PY
-then
+); then
   log "pip install -e .[dev,mpi,torch]"
   "$PYTHON" -m pip install -q --disable-pip-version-check -e "$repo[dev,mpi,torch]"
 fi
