@@ -34,6 +34,6 @@ for m in ("typer", "rich", "jinja2", "pydantic", "msgpack", "psutil", "pytest", 
 PY
 ); then
   log "pip install -e .[dev,mpi,torch]"
-  "$PYTHON" -m pip install -q --disable-pip-version-check -e "$repo[dev,mpi,torch]"
+  "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e "$repo[dev,mpi,torch]"
 fi
 log "ok"
