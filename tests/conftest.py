@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parent.parent
 SPANK_DIR = REPO / "spank"
 # Own directory and ports, so the tests never touch a demo cluster (16817) or a site Slurm (6817).
 TEST_CLUSTER_DIR = Path(os.environ.get("NVRX_TEST_CLUSTER_DIR", "/tmp/nvrx-test-cluster"))
-TEST_CTLD_PORT = 16837
-TEST_SLURMD_PORT_BASE = 16941
+TEST_CTLD_PORT = int(os.environ.get("NVRX_TEST_CTLD_PORT", "16837"))
+TEST_SLURMD_PORT_BASE = int(os.environ.get("NVRX_TEST_SLURMD_PORT_BASE", "16941"))
 
 
 @dataclass(frozen=True)
