@@ -121,6 +121,7 @@ class NodeInfo:
     reason: str | None = None
     reason_set_by: str | None = None
     reason_time: datetime | None = None
+    address: str | None = None  # NodeAddr: where other nodes reach it (MASTER_ADDR for torch.distributed)
 
     @property
     def drained(self) -> bool:

@@ -176,7 +176,9 @@ def _timestamp(value: Any) -> datetime | None:
     return datetime.fromtimestamp(number, tz=timezone.utc) if number else None
 
 
-def _node(name: str, state: Any, flags: Any, reason: Any, reason_user: Any, reason_time: Any) -> NodeInfo:
+def _node(
+    name: str, state: Any, flags: Any, reason: Any, reason_user: Any, reason_time: Any, address: Any = None
+) -> NodeInfo:
     base, state_flags = node_state_from_tokens([*_tokens(state), *_tokens(flags)])
     text = _optional_text(reason, none_words=("",))
     return NodeInfo(
@@ -186,6 +188,7 @@ def _node(name: str, state: Any, flags: Any, reason: Any, reason_user: Any, reas
         reason=text,
         reason_set_by=_optional_text(reason_user) if text else None,
         reason_time=_timestamp(reason_time) if text else None,
+        address=_optional_text(address),
     )
 
 
@@ -210,6 +213,7 @@ def parse_nodes_json(text: str) -> list[NodeInfo]:
                     raw.get("reason"),
                     raw.get("reason_set_by_user"),
                     raw.get("reason_changed_at"),
+                    raw.get("address"),
                 ),
             )
     elif isinstance(doc.get("sinfo"), list):

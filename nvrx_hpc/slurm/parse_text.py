@@ -131,7 +131,8 @@ def parse_nodes_text(text: str) -> list[NodeInfo]:
             raise SlurmParseError("scontrol show node record (no State=)", record)
         base, flags = node_state_from_tokens(pairs["State"].split("+"))
         reason, user, when = split_reason(pairs.get("Reason", ""))
-        nodes.append(NodeInfo(pairs["NodeName"], base, flags, reason, user, when))
+        address = pairs.get("NodeAddr") or None
+        nodes.append(NodeInfo(pairs["NodeName"], base, flags, reason, user, when, address))
     return nodes
 
 

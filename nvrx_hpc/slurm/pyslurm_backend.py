@@ -98,6 +98,7 @@ class PyslurmBackend:
             reason=reason,
             reason_set_by=(getattr(node, "reason_user", None) or None) if reason else None,
             reason_time=when if reason else None,
+            address=getattr(node, "address", None) or None,
         )
 
     def list_nodes(self) -> list[NodeInfo]:

@@ -92,5 +92,8 @@ class CommandRunner:
             raise SlurmTimeout([os.path.basename(argv[0]), *argv[1:]], limit) from exc
         done = CompletedCommand(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
         if check and proc.returncode != 0:
-            raise SlurmCommandError([os.path.basename(argv[0]), *argv[1:]], proc.returncode, proc.stderr)
+            hint = None
+            if "Could not establish a configuration source" in proc.stderr:
+                hint = "Slurm found no slurm.conf: set SLURM_CONF (for the dev cluster: eval \"$(nvrx-hpc cluster env)\")"
+            raise SlurmCommandError([os.path.basename(argv[0]), *argv[1:]], proc.returncode, proc.stderr, hint=hint)
         return done
