@@ -10,6 +10,7 @@ import typer
 
 from nvrx_hpc import __version__
 from nvrx_hpc.cli import cluster, config, hooks, spank
+from nvrx_hpc.cli import run as run_commands
 from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.core.exit_codes import ExitCode
 
@@ -24,6 +25,7 @@ app.add_typer(cluster.app, name="cluster")
 app.add_typer(config.app, name="config")
 app.add_typer(spank.app, name="spank")
 hooks.register(app)
+run_commands.register(app)
 
 _state = {"debug": False}
 

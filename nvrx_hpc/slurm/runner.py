@@ -94,6 +94,6 @@ class CommandRunner:
         if check and proc.returncode != 0:
             hint = None
             if "Could not establish a configuration source" in proc.stderr:
-                hint = "Slurm found no slurm.conf: set SLURM_CONF (for the dev cluster: eval \"$(nvrx-hpc cluster env)\")"
+                hint = 'Slurm found no slurm.conf: set SLURM_CONF (dev cluster: eval "$(nvrx-hpc cluster env)")'
             raise SlurmCommandError([os.path.basename(argv[0]), *argv[1:]], proc.returncode, proc.stderr, hint=hint)
         return done

@@ -1,0 +1,282 @@
+"""`nvrx-hpc agent`: one per node per job. Watches the node's ranks and reports to the launcher.
+
+Ranks register through the SPANK plugin (task_post_fork, task_exit) or themselves through the worker
+API (w.hello). The agent watches their PIDs, applies the hang deadlines, and on a hang collects stacks
+and flight-recorder dumps before SIGCONT, SIGTERM and SIGKILL. Every finding goes to the launcher
+over TCP in authenticated frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nvrx_hpc.agent.hang import Timeouts, calibrate, find_hangs
+from nvrx_hpc.agent.registry import RankRecord, RankState, Registry
+from nvrx_hpc.agent.server import RankSocketServer, WorkerLink
+from nvrx_hpc.core.errors import ProtocolError
+from nvrx_hpc.core.wire import Codec, message, read_message
+from nvrx_hpc.slurm.spank_messages import Register, StepEnd, TaskExit
+
+__all__ = ["AgentSettings", "Agent"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    node: str
+    job: str
+    socket_path: Path
+    launcher_host: str
+    launcher_port: int
+    token: bytes
+    poll_s: float = 0.1
+    status_s: float = 1.0
+    dump_wait_s: float = 1.0
+    term_grace_s: float = 3.0
+
+
+class Agent:
+    def __init__(self, settings: AgentSettings) -> None:
+        self.s = settings
+        self.codec = Codec(settings.token)
+        self.registry = Registry()
+        self.timeouts = Timeouts()
+        self.restored_heartbeat: float | None = None
+        self.links: dict[int, WorkerLink] = {}
+        self.restart = 0
+        self._writer: asyncio.StreamWriter | None = None
+        self._stop = asyncio.Event()
+        self._killing: set[int] = set()
+        self.server = RankSocketServer(
+            settings.socket_path, self.codec, self._on_spank, self._on_worker, self._on_worker_gone
+        )
+
+    # ------------------------------------------------------------------ launcher link
+
+    def _report(self, kind: str, **fields: Any) -> None:
+        if self._writer is None:
+            return
+        try:
+            self._writer.write(self.codec.encode(message(kind, job=self.s.job, node=self.s.node, **fields)))
+        except (OSError, RuntimeError) as exc:
+            log.warning("[%s] cannot report %s to the launcher: %s", self.s.node, kind, exc)
+
+    async def _connect(self, deadline_s: float = 20.0) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        deadline = time.monotonic() + deadline_s
+        while True:
+            try:
+                return await asyncio.open_connection(self.s.launcher_host, self.s.launcher_port)
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise ConnectionError(
+                        f"launcher at {self.s.launcher_host}:{self.s.launcher_port} unreachable: {exc}"
+                    ) from exc
+                await asyncio.sleep(0.2)
+
+    async def _launcher_loop(self, reader: asyncio.StreamReader) -> None:
+        while not self._stop.is_set():
+            try:
+                msg = await read_message(reader, self.codec, timeout=None)
+            except ProtocolError as exc:
+                log.error("[%s] bad frame from the launcher: %s", self.s.node, exc.message)
+                break
+            if msg is None:
+                break
+            await self._on_launcher(msg)
+        log.info("[%s] launcher connection closed; stopping", self.s.node)
+        self._stop.set()
+
+    async def _on_launcher(self, msg: dict) -> None:
+        kind = msg["type"]
+        if kind == "la.step":
+            self.registry.clear()
+            self.links.clear()
+            self.restart = int(msg.get("restart", 0))
+        elif kind == "la.timeouts":
+            self.timeouts = Timeouts.from_dict(msg.get("timeouts") or {})
+        elif kind == "la.stop":
+            await self._stop_all(float(msg.get("grace_s", self.s.term_grace_s)), msg.get("reason", "launcher"))
+        elif kind == "la.request_stop":
+            for link in list(self.links.values()):
+                link.send(message("a.stop", reason=msg.get("reason", "launcher")))
+        elif kind == "la.dump":
+            self._request_dumps(self.registry.live(), msg.get("reason", "launcher"))
+        elif kind == "la.shutdown":
+            self._stop.set()
+
+    # ------------------------------------------------------------------ rank messages
+
+    def _on_spank(self, msg: Register | TaskExit | StepEnd) -> None:
+        if str(msg.job) != self.s.job or msg.node != self.s.node or not isinstance(msg.step, int):
+            return
+        if isinstance(msg, Register):
+            record, new = self.registry.register(
+                msg.rank, msg.pid, local_rank=msg.local_rank, restart=msg.restart_count, source="spank"
+            )
+            if new:
+                self._report("ag.rank", event="registered", rank=msg.rank, pid=msg.pid, source="spank", step=msg.step)
+        elif isinstance(msg, TaskExit):
+            record = self.registry.get(msg.rank)
+            if record is not None and record.pid == msg.pid:
+                record.exit_code, record.signal = msg.exit_code, msg.signal
+                self._mark_exited(record, "spank")
+
+    def _on_worker(self, msg: dict, link: WorkerLink) -> None:
+        kind, rank = msg.get("type"), msg.get("rank")
+        if not isinstance(rank, int) or rank < 0:
+            return
+        record = self.registry.get(rank)
+        now = time.time()
+        if kind == "w.hello":
+            pid = link.peer_pid or int(msg.get("pid", 0))
+            if pid <= 0:
+                return
+            record, new = self.registry.register(
+                rank, pid, local_rank=msg.get("local_rank"), restart=int(msg.get("restart", 0) or 0), source="worker"
+            )
+            record.source = "worker"
+            self.links[rank] = link
+            link.send(message("a.timeouts", timeouts=self.timeouts.to_dict()))
+            if new:
+                self._report("ag.rank", event="registered", rank=rank, pid=pid, source="worker")
+            return
+        if record is None or record.state == RankState.EXITED:
+            return
+        if kind == "w.hb":
+            record.beat(int(msg.get("beats", 0)), float(msg.get("t", now)))
+        elif kind == "w.sec":
+            name = str(msg.get("name", ""))[:128]
+            if msg.get("open"):
+                record.sections[name] = float(msg.get("t", now))
+            else:
+                record.sections.pop(name, None)
+        elif kind == "w.iter":
+            record.iteration = int(msg.get("n", 0))
+        elif kind == "w.timeouts":
+            heartbeat = (msg.get("timeouts") or {}).get("heartbeat")
+            if isinstance(heartbeat, (int, float)) and heartbeat > 0:
+                self.restored_heartbeat = max(self.restored_heartbeat or 0.0, float(heartbeat))
+
+    def _on_worker_gone(self, link: WorkerLink) -> None:
+        for rank, known in list(self.links.items()):
+            if known is link:
+                del self.links[rank]
+
+    # ------------------------------------------------------------------ watching
+
+    def _mark_exited(self, record: RankRecord, source: str) -> None:
+        if record.reported_exit:
+            return
+        record.state = RankState.EXITED
+        record.reported_exit = True
+        self._report(
+            "ag.rank", event="exited", rank=record.rank, pid=record.pid, exit_code=record.exit_code,
+            signal=record.signal, source=source, iteration=record.iteration, sections=sorted(record.sections),
+        )
+
+    async def _watch_loop(self) -> None:
+        while not self._stop.is_set():
+            now = time.time()
+            for record in list(self.registry.ranks.values()):
+                if record.state != RankState.EXITED and not record.alive():
+                    self._mark_exited(record, "pid-watch")
+            new_timeouts = calibrate(self.timeouts, list(self.registry.ranks.values()), self.restored_heartbeat)
+            if new_timeouts != self.timeouts:
+                self.timeouts = new_timeouts
+                self._report("ag.calibration", timeouts=self.timeouts.to_dict())
+                for link in list(self.links.values()):
+                    link.send(message("a.timeouts", timeouts=self.timeouts.to_dict()))
+            for hang in find_hangs(list(self.registry.ranks.values()), self.timeouts, now):
+                record = self.registry.ranks[hang.rank]
+                record.state = RankState.HUNG
+                self._report(
+                    "ag.rank", event="hung", rank=hang.rank, pid=record.pid, reason=hang.reason,
+                    silent_s=round(hang.silent_s, 3), sections=sorted(record.sections), iteration=record.iteration,
+                    last_beat_at=record.last_beat_at,
+                )
+                asyncio.get_running_loop().create_task(self._kill_hung(record, hang.reason))
+            await asyncio.sleep(self.s.poll_s)
+
+    async def _status_loop(self) -> None:
+        while not self._stop.is_set():
+            self._report("ag.status", ranks=self.registry.summary(), timeouts=self.timeouts.to_dict())
+            await asyncio.sleep(self.s.status_s)
+
+    # ------------------------------------------------------------------ stopping ranks
+
+    def _request_dumps(self, records: list[RankRecord], reason: str) -> None:
+        for record in records:
+            link = self.links.get(record.rank)
+            if link is not None:
+                link.send(message("a.dump", reason=reason))
+            if record.source == "worker":  # the worker API registered faulthandler for SIGUSR1
+                _signal(record.pid, signal.SIGUSR1)
+
+    async def _kill_hung(self, record: RankRecord, reason: str) -> None:
+        """Stacks and flight recorder first, then SIGCONT, SIGTERM, SIGKILL after a grace period."""
+        if record.pid in self._killing:
+            return
+        self._killing.add(record.pid)
+        self._request_dumps([record], reason)
+        _signal(record.pid, signal.SIGCONT)  # a stopped rank can only dump once it runs again
+        await asyncio.sleep(self.s.dump_wait_s)
+        await self._terminate([record], self.s.term_grace_s)
+
+    async def _terminate(self, records: list[RankRecord], grace_s: float) -> None:
+        for record in records:
+            if record.alive():
+                _signal(record.pid, signal.SIGCONT)
+                _signal(record.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while any(r.alive() for r in records) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for record in records:
+            if record.alive():
+                _signal(record.pid, signal.SIGKILL)
+
+    async def _stop_all(self, grace_s: float, reason: str) -> None:
+        live = [r for r in self.registry.ranks.values() if r.state != RankState.EXITED]
+        await self._terminate(live, grace_s)
+        self._report("ag.stopped", ranks=[r.rank for r in live], reason=reason)
+
+    # ------------------------------------------------------------------ main
+
+    async def run(self) -> int:
+        await self.server.start()
+        reader, self._writer = await self._connect()
+        self._report("ag.hello", pid=os.getpid(), socket=str(self.s.socket_path))
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._stop.set)
+        tasks = [
+            loop.create_task(self._launcher_loop(reader)),
+            loop.create_task(self._watch_loop()),
+            loop.create_task(self._status_loop()),
+        ]
+        await self._stop.wait()
+        for task in tasks:
+            task.cancel()
+        self._report("ag.bye")
+        try:
+            await asyncio.wait_for(self._writer.drain(), 2)
+        except (OSError, asyncio.TimeoutError):
+            pass
+        self._writer.close()
+        await self.server.close()
+        return 0
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+

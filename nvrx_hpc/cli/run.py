@@ -1,0 +1,147 @@
+"""`nvrx-hpc run`, `nvrx-hpc agent`, `nvrx-hpc status`: the restart loop, the node agent, the live view."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import typer
+
+from nvrx_hpc.cli._output import print_json, print_table
+from nvrx_hpc.core.config import load_config
+from nvrx_hpc.core.errors import ConfigError, NvrxError
+from nvrx_hpc.core.templates import expand_percent
+from nvrx_hpc.core.wire import load_token
+from nvrx_hpc.slurm.api import JobContext
+
+__all__ = ["register"]
+
+
+def _parse_sections(items: list[str]) -> dict[str, float]:
+    sections = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if not sep or not name or seconds <= 0:
+            raise ConfigError(f"--section-timeout {item!r} must be NAME=SECONDS with SECONDS > 0")
+        sections[name] = seconds
+    return sections
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(context_settings={"allow_interspersed_args": False})
+    def run(
+        command: list[str] = typer.Argument(None, help="The training command, after --."),
+        spares: int | None = typer.Option(None, "--spares", min=0, help="Nodes held back to replace failed ones."),
+        tasks_per_node: int = typer.Option(1, "--tasks-per-node", min=1, help="Ranks per node."),
+        max_restarts: int | None = typer.Option(None, "--max-restarts", min=0, help="In-allocation restarts."),
+        min_nodes: int | None = typer.Option(None, "--min-nodes", min=1, help="Shrink down to this many nodes."),
+        max_no_progress: int = typer.Option(3, "--max-no-progress", min=1, help="Stop after K stalled attempts."),
+        run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory [<submit dir>/nvrx-runs/<job>]."),
+        mode: str = typer.Option("user", "--mode", help="user: exclude bad nodes; site: also drain them."),
+        heartbeat_timeout: float | None = typer.Option(
+            None, "--heartbeat-timeout", help="Seconds; default: 60, then calibrated."
+        ),
+        initial_timeout: float | None = typer.Option(None, "--initial-timeout", help="Seconds to the first heartbeat."),
+        section_timeout: list[str] = typer.Option([], "--section-timeout", help="NAME=SECONDS (repeatable)."),
+        stop_grace: float = typer.Option(5.0, "--stop-grace", min=0, help="SIGTERM to SIGKILL grace, seconds."),
+    ) -> None:
+        """Run CMD as an srun step in this allocation and keep it alive through failures."""
+        from nvrx_hpc.launcher.loop import Launcher
+        from nvrx_hpc.launcher.settings import RunSettings
+        from nvrx_hpc.slurm.backend import get_backend
+        from nvrx_hpc.slurm.runner import CommandRunner
+
+        config = load_config().config
+        ctx = JobContext.from_env(required=("job_id", "node_list"))
+        if run_dir is None:
+            run_dir = Path(config.launcher.run_path(ctx.submit_dir or os.getcwd(), str(ctx.job_id)))
+        settings = RunSettings(
+            command=list(command or []),
+            run_dir=run_dir.absolute(),
+            spares=config.launcher.spares if spares is None else spares,
+            tasks_per_node=tasks_per_node,
+            max_restarts=config.launcher.max_restarts if max_restarts is None else max_restarts,
+            max_no_progress=max_no_progress,
+            min_nodes=min_nodes,
+            heartbeat_timeout=heartbeat_timeout,
+            initial_timeout=initial_timeout if initial_timeout is not None else config.agent.initial_timeout_s,
+            section_timeouts=_parse_sections(section_timeout),
+            mode=mode,
+            stop_grace_s=stop_grace,
+        )
+        settings.validate(len(ctx.node_list))  # before anything starts
+        runner = CommandRunner(default_timeout=config.slurm.command_timeout_s)
+        launcher = Launcher(settings, ctx, get_backend(config.slurm.backend, runner), runner)
+        code = asyncio.run(launcher.run())
+        events = settings.run_dir / "events.jsonl"
+        typer.echo(f"nvrx-hpc run: exit {int(code)} ({code.name}); events in {events}", err=True)
+        raise typer.Exit(int(code))
+
+    @app.command()
+    def agent(
+        launcher: str = typer.Option(..., "--launcher", help="HOST:PORT of the launcher."),
+        token_file: Path = typer.Option(..., "--token-file", help="The job's token file (mode 0600)."),
+        socket: str = typer.Option(..., "--socket", help="Unix socket path; %n node, %j job."),
+        node: str | None = typer.Option(None, "--node", help="This node's Slurm name [$SLURMD_NODENAME]."),
+    ) -> None:
+        """The node agent (started by `nvrx-hpc run`, one per node per job)."""
+        from nvrx_hpc.agent.daemon import Agent, AgentSettings
+
+        node = node or os.environ.get("SLURMD_NODENAME")
+        job = os.environ.get("SLURM_JOB_ID", "")
+        if not node:
+            raise ConfigError("no node name: pass --node or run inside a Slurm step (SLURMD_NODENAME)")
+        host, sep, port = launcher.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ConfigError(f"--launcher {launcher!r} must be HOST:PORT")
+        settings = AgentSettings(
+            node=node, job=job, socket_path=Path(expand_percent(socket, job_id=job, node=node)),
+            launcher_host=host, launcher_port=int(port), token=load_token(token_file),
+        )
+        raise typer.Exit(asyncio.run(Agent(settings).run()))
+
+    @app.command()
+    def status(
+        job: str = typer.Argument(..., help="Job id."),
+        run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory [from Slurm's WorkDir]."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON alone on stdout."),
+    ) -> None:
+        """Live view of a job under `nvrx-hpc run`: ranks, heartbeats, sections, restarts, exclusions."""
+        from nvrx_hpc.launcher.status import read_status
+
+        directory = run_dir or _run_dir_of(job)
+        state = read_status(directory)
+        if state is None:
+            raise NvrxError(f"no status in {directory}", hint="is the job running under `nvrx-hpc run`? see --run-dir")
+        if as_json:
+            print_json(state)
+            return
+        age = time.time() - float(state.get("updated", 0))
+        pool = state.get("pool", {})
+        typer.echo(f"job {state.get('job')}  attempt {state.get('attempt')}  updated {age:.1f} s ago")
+        typer.echo(f"active {','.join(pool.get('active', []))}  spares {','.join(pool.get('spares', [])) or '-'}")
+        for node, why in (pool.get("excluded") or {}).items():
+            typer.echo(f"excluded {node}: {why}")
+        rows = [
+            {"rank": r, "node": v.get("node"), "state": v.get("state"), "iteration": v.get("iteration"),
+             "last beat (s)": v.get("last_beat_age"), "sections": ",".join(v.get("sections") or [])}
+            for r, v in sorted(state.get("ranks", {}).items(), key=lambda kv: int(kv[0]))
+        ]  # fmt: skip
+        print_table(rows, ["rank", "node", "state", "iteration", "last beat (s)", "sections"], json_output=False)
+
+
+def _run_dir_of(job: str) -> Path:
+    from nvrx_hpc.slurm.parse_text import parse_key_values
+    from nvrx_hpc.slurm.runner import CommandRunner
+
+    done = CommandRunner().run(["scontrol", "-o", "show", "job", job], timeout=10)
+    work_dir = parse_key_values(done.stdout.strip()).get("WorkDir")
+    if not work_dir:
+        raise NvrxError(f"Slurm did not say where job {job} runs", hint="pass --run-dir")
+    return Path(load_config().config.launcher.run_path(work_dir, job))

@@ -1,0 +1,1 @@
+"""The in-allocation restart coordinator: `nvrx-hpc run`."""

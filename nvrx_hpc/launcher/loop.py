@@ -1,0 +1,361 @@
+"""The restart loop: start the agents, run the training step, and on a failure stop it, exclude the
+culprit, swap in a spare (or shrink, or requeue) and run again — every decision an event."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+from nvrx_hpc.core.errors import NvrxError
+from nvrx_hpc.core.events import EventLog
+from nvrx_hpc.core.exit_codes import ExitCode
+from nvrx_hpc.core.wire import load_token, new_token, save_token
+from nvrx_hpc.launcher.culprit import Finding, pick_culprit
+from nvrx_hpc.launcher.hub import AgentHub, HubEvent
+from nvrx_hpc.launcher.policy import Action, Attempt, Outcome, RestartPolicy
+from nvrx_hpc.launcher.pool import NodePool
+from nvrx_hpc.launcher.settings import RunSettings
+from nvrx_hpc.launcher.status import write_status
+from nvrx_hpc.launcher.steps import SrunStep, StepSpec, agent_step_argv, srun_has_nvrx, training_step_argv
+from nvrx_hpc.slurm.api import JobContext, SlurmBackend
+from nvrx_hpc.slurm.hostlist import sort_hosts
+from nvrx_hpc.slurm.runner import CommandRunner
+
+__all__ = ["Launcher"]
+
+log = logging.getLogger(__name__)
+
+SETTLE_S = 0.5  # after the first finding, wait this long for simultaneous ones (all ranks of a hang)
+
+
+class Launcher:
+    def __init__(self, settings: RunSettings, ctx: JobContext, backend: SlurmBackend, runner: CommandRunner) -> None:
+        self.s = settings
+        self.ctx = ctx
+        self.backend = backend
+        self.runner = runner
+        self.run_dir = settings.run_dir
+        self.events = EventLog(self.run_dir / "events.jsonl", source="launcher")
+        self.history: list[Attempt] = []
+        self.pool: NodePool | None = None
+        self.hub: AgentHub | None = None
+        self._stop_requested = asyncio.Event()
+        self._restarts_before = 0
+        self._ranks: dict[str, dict] = {}
+
+    # ------------------------------------------------------------------ set-up
+
+    def _prepare_run_dir(self) -> bytes:
+        for sub in ("logs", "stacks", "fr"):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        token_file = self.run_dir / "token"
+        if not token_file.exists():
+            save_token(token_file, new_token())
+        state = self._read_state()
+        self._restarts_before = int(state.get("restarts_total", 0))
+        return load_token(token_file)
+
+    def _read_state(self) -> dict:
+        try:
+            return json.loads((self.run_dir / "launcher-state.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _write_state(self) -> None:
+        state = {
+            "restarts_total": self._restarts_before + max(0, len(self.history) - 1),
+            "excluded": self.pool.excluded if self.pool else {},
+        }
+        (self.run_dir / "launcher-state.json").write_text(json.dumps(state, indent=1))
+
+    def _advertise_host(self) -> str:
+        first = self.ctx.node_name or (self.ctx.node_list[0] if self.ctx.node_list else None)
+        if first:
+            with contextlib.suppress(NvrxError):
+                address = self.backend.node(first).address
+                if address:
+                    return address
+        return socket.gethostname()
+
+    def _address_of(self, node: str) -> str:
+        with contextlib.suppress(NvrxError):
+            address = self.backend.node(node).address
+            if address:
+                return address
+        return node
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> ExitCode:
+        token = self._prepare_run_dir()
+        nodes = list(self.ctx.node_list)
+        self.s.validate(len(nodes))
+        excluded_before = self._read_state().get("excluded", {})
+        self.pool = NodePool.split(nodes, self.s.spares, {n: w for n, w in excluded_before.items() if n in nodes})
+        self.events.emit(
+            "launcher.started", job=self.ctx.job_id, nodes=nodes, pool=self.pool.to_dict(), command=self.s.command,
+            slurm_restart_count=self.ctx.restart_count, mode=self.s.mode,
+        )
+        self.hub = AgentHub(token, job=str(self.ctx.job_id))
+        port = await self.hub.start()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGUSR1, self._on_time_limit_warning)
+        env = {**os.environ, "NVRX_TOKEN_FILE": str(self.run_dir / "token"), "NVRX_RUN_DIR": str(self.run_dir)}
+        socket_template = f"/tmp/nvrx-{os.getuid()}-{self.ctx.job_id}/agent-%n.sock"
+        agent_args = [
+            "--launcher", f"{self._advertise_host()}:{port}", "--token-file", str(self.run_dir / "token"),
+            "--socket", socket_template,
+        ]  # fmt: skip
+        all_nodes = self.pool.active + self.pool.spares
+        agents = SrunStep(agent_step_argv(all_nodes, self.run_dir / "logs" / "agents.log", agent_args), env)
+        await agents.start()
+        status_task = loop.create_task(self._status_loop())
+        try:
+            missing = await self.hub.wait_for_agents(all_nodes, self.s.agent_timeout_s)
+            for node in missing:
+                self._exclude(node, f"node agent did not start within {self.s.agent_timeout_s:g} s")
+            code = await self._attempts(env, socket_template)
+        finally:
+            status_task.cancel()
+            self.hub.broadcast("la.shutdown")
+            await asyncio.sleep(0.2)
+            await agents.stop(3.0)
+            await self.hub.close()
+            self._write_state()
+            self._publish_status(final=True)
+        return code
+
+    async def _attempts(self, env: dict[str, str], socket_template: str) -> ExitCode:
+        plugin = srun_has_nvrx(self.runner)
+        policy = RestartPolicy(self.s.max_restarts, self.s.max_no_progress, self.s.min_nodes)
+        wanted = len(self.pool.active)
+        while True:
+            if not self.pool.active:
+                return self._requeue("no usable node left in the allocation")
+            index = len(self.history)
+            restart = self._restarts_before + index
+            attempt = await self._run_step(index, restart, env, socket_template, plugin)
+            self.history.append(attempt)
+            self._write_state()
+            spare_used = False
+            active_before = len(self.pool.active)
+            if attempt.outcome == Outcome.FAILED and attempt.culprit_node:
+                spare_used = self._exclude(attempt.culprit_node, attempt.reason) is not None
+            decision = policy.decide(self.history, len(self.pool.active), spare_used, wanted)
+            self.events.emit(
+                f"launcher.decision.{decision.action.value}", reason=decision.reason, attempt=index,
+                pool=self.pool.to_dict(), active_before=active_before,
+            )
+            if decision.action == Action.DONE:
+                return ExitCode.OK
+            if decision.action == Action.STOP:
+                self.events.emit("launcher.stop", reason=decision.reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
+                return ExitCode.DO_NOT_REQUEUE
+            if decision.action == Action.REQUEUE:
+                return self._requeue(decision.reason)
+            self.events.emit("launcher.restart", reason=decision.reason, restart=restart + 1,
+                             nodes=self.pool.active, world_size=len(self.pool.active) * self.s.tasks_per_node)
+
+    def _requeue(self, reason: str) -> ExitCode:
+        excluded = sorted(self.pool.excluded) if self.pool else []
+        self._write_state()
+        self.events.emit("launcher.requeue", reason=reason, exclude=excluded)
+        try:
+            self.backend.requeue(self.ctx.job_id, exclude=excluded)
+        except NvrxError as exc:
+            self.events.emit("launcher.requeue_failed", reason=exc.message)
+        return ExitCode.REQUEUE_EXCLUDING
+
+    def _exclude(self, node: str, why: str) -> str | None:
+        spare = self.pool.exclude(node, why)
+        self.events.emit("launcher.node.excluded", node=node, reason=why, replaced_by=spare, mode=self.s.mode)
+        if self.s.mode == "site":
+            try:
+                current = self.backend.node(node)
+                if current.drained and not (current.reason or "").startswith("nvrx:"):
+                    why_not = f"already drained: {current.reason}"
+                    self.events.emit("launcher.node.drain_skipped", node=node, reason=why_not)
+                else:
+                    self.backend.drain([node], f"nvrx: {why}"[:200])
+                    self.events.emit("launcher.node.drained", node=node, reason=f"nvrx: {why}")
+            except NvrxError as exc:
+                self.events.emit("launcher.node.drain_failed", node=node, reason=exc.message)
+        return spare
+
+    # ------------------------------------------------------------------ one step
+
+    async def _run_step(
+        self, index: int, restart: int, env: dict[str, str], socket_template: str, plugin: bool
+    ) -> Attempt:
+        nodes = sort_hosts(self.pool.active)  # Slurm places rank 0 on the first node in its own order
+        hub = self.hub
+        self._drain_queue()
+        hub.broadcast("la.step", nodes=nodes, restart=restart)
+        hub.broadcast("la.timeouts", nodes=nodes, timeouts=self._timeouts())
+        step_env = {
+            "MASTER_ADDR": self._address_of(nodes[0]),
+            "MASTER_PORT": str(self.s.master_port_base + restart % 1000),
+            "NVRX_RESTART_COUNT": str(restart),
+            "NVRX_RUN_DIR": str(self.run_dir),
+            "NVRX_TOKEN_FILE": str(self.run_dir / "token"),
+            "NVRX_AGENT_SOCKET": socket_template,
+            "TORCH_FR_BUFFER_SIZE": os.environ.get("TORCH_FR_BUFFER_SIZE", "2000"),
+        }
+        spec = StepSpec(
+            nodes=nodes, tasks_per_node=self.s.tasks_per_node, name=f"nvrx-train-{restart}",
+            output=self.run_dir / "logs" / f"step-{restart}.log", env=step_env, command=self.s.command,
+            nvrx_plugin=plugin,
+        )
+        step = SrunStep(training_step_argv(spec), {**env, **step_env})
+        started = time.time()
+        self.events.emit("launcher.step.started", attempt=index, restart=restart, nodes=nodes,
+                         world_size=len(nodes) * self.s.tasks_per_node, log=str(spec.output), plugin=plugin)
+        await step.start()
+        findings, max_iteration, rc = await self._monitor(step, nodes)
+        self.events.emit("launcher.step.ended", attempt=index, restart=restart, returncode=rc,
+                         duration_s=round(time.time() - started, 3), max_iteration=max_iteration)
+        if rc == 0 and not findings:
+            outcome = Outcome.STOPPED if self._stop_requested.is_set() else Outcome.SUCCEEDED
+            return Attempt(outcome, max_iteration=max_iteration)
+        if not findings:
+            findings = [Finding("srun", time.time(), None, reason=f"training step exited with code {rc}")]
+        culprit = pick_culprit(findings, self.s.comm_sections)
+        self.events.emit(
+            "launcher.culprit", node=culprit.node, rank=culprit.rank, reason=culprit.reason, finding=culprit.kind,
+            findings=[f.__dict__ for f in findings],
+        )
+        return Attempt(Outcome.FAILED, culprit.node, culprit.reason, max_iteration)
+
+    def _timeouts(self) -> dict:
+        calibrate = self.s.heartbeat_timeout is None
+        return {
+            "initial": self.s.initial_timeout if self.s.initial_timeout is not None else 600.0,
+            "heartbeat": self.s.heartbeat_timeout if self.s.heartbeat_timeout is not None else 60.0,
+            "sections": dict(self.s.section_timeouts),
+            "out_of_section": None,
+            "calibrate": calibrate,
+        }
+
+    def _drain_queue(self) -> None:
+        while not self.hub.events.empty():
+            self.hub.events.get_nowait()
+
+    async def _monitor(self, step: SrunStep, nodes: list[str]) -> tuple[list[Finding], int | None, int | None]:
+        """Watch the step until it ends or something fails; stop it on a failure.
+
+        A rank exit seen only by the PID watch carries no exit status: it is held back and counts
+        only if the step then fails (ranks finishing a moment apart at the end are not failures).
+        """
+        findings: list[Finding] = []
+        tentative: list[Finding] = []
+        iterations: list[int] = []
+        first_at: float | None = None
+        ended_at: float | None = None
+        waiter = asyncio.ensure_future(step.wait())
+        while True:
+            now = time.monotonic()
+            if first_at is not None and now - first_at >= SETTLE_S:
+                break
+            if waiter.done():
+                ended_at = ended_at or now
+                # A failed step: give the agents a moment to report which rank it was.
+                if waiter.result() == 0 or findings or now - ended_at >= 1.0:
+                    break
+            try:
+                event = await asyncio.wait_for(self.hub.events.get(), timeout=0.05)
+            except asyncio.TimeoutError:
+                continue
+            finding, iteration = self._finding(event, nodes)
+            if iteration is not None:
+                iterations.append(iteration)
+            if finding is None:
+                continue
+            if finding.kind == "exited_unknown":
+                tentative.append(finding)
+                continue
+            findings.append(finding)
+            self.events.emit(f"launcher.rank.{finding.kind}", node=finding.node, rank=finding.rank,
+                             reason=finding.reason, sections=list(finding.sections))
+            first_at = first_at or time.monotonic()
+        for link in self.hub.agents.values():
+            iterations.extend(r["iteration"] for r in link.ranks.values() if isinstance(r.get("iteration"), int))
+        max_iteration = max(iterations) if iterations else None
+        if not waiter.done():
+            self.hub.broadcast("la.stop", nodes=nodes, grace_s=self.s.stop_grace_s, reason="step failed")
+            await step.stop(self.s.stop_grace_s + 2)
+            self.events.emit("launcher.step.stopped", reason=findings[0].reason if findings else "")
+        rc = await waiter
+        if rc != 0 and not findings and tentative:
+            findings = [Finding("exited", f.time, f.node, f.rank, f.reason, f.sections) for f in tentative]
+            for f in findings:
+                self.events.emit("launcher.rank.exited", node=f.node, rank=f.rank, reason=f.reason)
+        return findings, max_iteration, rc
+
+    def _finding(self, event: HubEvent, nodes: list[str]) -> tuple[Finding | None, int | None]:
+        data = event.data
+        iteration = data.get("iteration") if isinstance(data.get("iteration"), int) else None
+        if event.kind == "hub.agent_lost" and event.node in nodes:
+            return Finding("agent_lost", event.time, event.node, reason=f"node agent on {event.node} lost"), None
+        if event.kind != "ag.rank" or event.node not in nodes:
+            return None, iteration
+        rank = data.get("rank")
+        if data.get("event") == "hung":
+            why = f"rank {rank} on {event.node} hung: {data.get('reason')}"
+            sections = tuple(data.get("sections") or ())
+            return Finding("hung", event.time, event.node, rank, why, sections, data.get("last_beat_at")), iteration
+        if data.get("event") == "exited":
+            code, sig = data.get("exit_code"), data.get("signal")
+            if code == 0 and not sig:
+                return None, iteration
+            if code is None and not sig:
+                why = f"rank {rank} on {event.node} exited (seen by the PID watch; no exit status)"
+                return Finding("exited_unknown", event.time, event.node, rank, why), iteration
+            else:
+                how = f"killed by signal {sig}" if sig else f"exited with code {code}"
+            return Finding("exited", event.time, event.node, rank, f"rank {rank} on {event.node} {how}",
+                           tuple(data.get("sections") or ())), iteration
+        return None, iteration
+
+    # ------------------------------------------------------------------ signals and status
+
+    def _on_time_limit_warning(self) -> None:
+        """Slurm's --signal=B:USR1@N: ask every rank to checkpoint and exit, then requeue."""
+        if self._stop_requested.is_set():
+            return
+        self._stop_requested.set()
+        self.events.emit("launcher.time_limit_warning", reason="SIGUSR1 from Slurm: ranks asked to checkpoint and exit")
+        self.hub.broadcast("la.request_stop", reason="time limit")
+
+    def _publish_status(self, final: bool = False) -> None:
+        ranks = {}
+        agents = {}
+        for node, link in (self.hub.agents.items() if self.hub else []):
+            agents[node] = {"pid": link.pid, "last_seen_age": round(time.time() - link.last_seen, 3)}
+            for rank, info in link.ranks.items():
+                ranks[rank] = {**info, "node": node}
+        status = {
+            "job": self.ctx.job_id, "run_dir": str(self.run_dir), "attempt": len(self.history),
+            "restarts": self._restarts_before + max(0, len(self.history) - (0 if final else 0)),
+            "pool": self.pool.to_dict() if self.pool else {}, "agents": agents, "ranks": ranks, "final": final,
+            "history": [a.__dict__ for a in self.history],
+        }  # fmt: skip
+        try:
+            write_status(self.run_dir, status)
+        except OSError as exc:
+            log.warning("cannot write status: %s", exc)
+
+    async def _status_loop(self) -> None:
+        while True:
+            self._publish_status()
+            await asyncio.sleep(1.0)
+
+
+def default_run_dir(ctx: JobContext, template: str) -> Path:
+    return Path(template.format(submit_dir=ctx.submit_dir or os.getcwd(), job_id=ctx.job_id))

@@ -1,0 +1,26 @@
+"""`<run dir>/status.json`: the launcher's live view, rewritten every second; `nvrx-hpc status` reads it."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+__all__ = ["write_status", "read_status", "STATUS_FILE"]
+
+STATUS_FILE = "status.json"
+
+
+def write_status(run_dir: Path, status: dict) -> None:
+    path = Path(run_dir) / STATUS_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**status, "updated": time.time()}, indent=1, sort_keys=True, default=str))
+    os.replace(tmp, path)  # readers never see half a file
+
+
+def read_status(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(run_dir) / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return None

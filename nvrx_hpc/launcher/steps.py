@@ -1,0 +1,100 @@
+"""The srun steps the launcher runs: the node agents (one per node) and the training step."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvrx_hpc.slurm.hostlist import compress
+from nvrx_hpc.slurm.runner import CommandRunner
+
+__all__ = ["StepSpec", "agent_step_argv", "training_step_argv", "SrunStep", "srun_has_nvrx"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    nodes: list[str]
+    tasks_per_node: int
+    name: str
+    output: Path
+    env: dict[str, str]
+    command: list[str]
+    nvrx_plugin: bool = False
+
+
+def agent_step_argv(nodes: list[str], output: Path, agent_args: list[str]) -> list[str]:
+    """One agent per node, overlapping the training steps' CPUs, surviving a failed node's agent."""
+    return [
+        "srun", "--overlap", f"--nodes={len(nodes)}", f"--nodelist={compress(nodes)}", "--ntasks-per-node=1",
+        f"--ntasks={len(nodes)}",
+        "--kill-on-bad-exit=0", "--job-name=nvrx-agents", f"--output={output}", "--quiet", "--unbuffered",
+        sys.executable, "-m", "nvrx_hpc", "agent", *agent_args,
+    ]  # fmt: skip
+
+
+def training_step_argv(spec: StepSpec) -> list[str]:
+    argv = [
+        "srun", "--overlap", f"--nodes={len(spec.nodes)}", f"--nodelist={compress(spec.nodes)}",
+        f"--ntasks-per-node={spec.tasks_per_node}", f"--ntasks={len(spec.nodes) * spec.tasks_per_node}",
+        "--kill-on-bad-exit=1", f"--job-name={spec.name}", f"--output={spec.output}", "--label", "--unbuffered",
+        "--quiet",
+    ]  # fmt: skip
+    if spec.nvrx_plugin:
+        argv.append("--nvrx")  # the SPANK plugin reports registrations and exit statuses to the agents
+    exports = ",".join(["ALL", *sorted(spec.env)])
+    argv.append(f"--export={exports}")
+    return [*argv, sys.executable, "-m", "nvrx_hpc.launcher.rank_exec", "--", *spec.command]
+
+
+def srun_has_nvrx(runner: CommandRunner) -> bool:
+    """Whether the SPANK plugin is loaded here (srun --help lists its --nvrx option)."""
+    try:
+        done = runner.run(["srun", "--help"], timeout=10, check=False)
+    except Exception:  # noqa: BLE001 - a missing srun is reported elsewhere; here it only means "no plugin"
+        return False
+    return "--nvrx" in done.stdout
+
+
+class SrunStep:
+    """A running srun process, started with an explicit environment and stopped with a grace period."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.argv = argv
+        self.env = env
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv, env=self.env, stdin=asyncio.subprocess.DEVNULL, start_new_session=True
+        )
+        log.info("started %s (pid %s)", " ".join(self.argv[:8]), self.proc.pid)
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.returncode
+
+    async def wait(self) -> int:
+        assert self.proc is not None  # noqa: S101 - internal invariant: start() ran
+        return await self.proc.wait()
+
+    async def stop(self, grace_s: float) -> int | None:
+        """SIGTERM to srun (it forwards it to the tasks), SIGKILL after `grace_s`."""
+        if self.proc is None or self.proc.returncode is not None:
+            return self.returncode
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, signum)
+            except ProcessLookupError:
+                break
+            try:
+                return await asyncio.wait_for(self.proc.wait(), grace_s)
+            except asyncio.TimeoutError:
+                continue
+        return self.returncode
