@@ -1,0 +1,148 @@
+"""A real agent and a real launcher hub on this host's sockets: registration, hang kill, hostile input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nvrx_hpc.agent.daemon import Agent, AgentSettings
+from nvrx_hpc.core.wire import Codec, message, new_token
+from nvrx_hpc.launcher.hub import AgentHub
+
+TOKEN = new_token()
+
+
+async def _start(tmp_path, **overrides):
+    hub = AgentHub(TOKEN, host="127.0.0.1", job="7")
+    port = await hub.start()
+    settings = AgentSettings(
+        node="n1", job="7", socket_path=tmp_path / "a.sock", launcher_host="127.0.0.1", launcher_port=port,
+        token=TOKEN, **overrides,
+    )
+    agent = Agent(settings)
+    task = asyncio.get_running_loop().create_task(agent.run())
+    assert not await hub.wait_for_agents(["n1"], timeout=5)
+    return hub, agent, task
+
+
+async def _next(hub: AgentHub, kind: str, timeout: float = 5.0, **match):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = await asyncio.wait_for(hub.events.get(), timeout=deadline - time.monotonic())
+        if event.kind == kind and all(event.data.get(k) == v for k, v in match.items()):
+            return event
+    raise AssertionError(f"no {kind} {match}")
+
+
+def _worker(path, frames: list[bytes]) -> socket.socket:
+    client = socket.socket(socket.AF_UNIX)
+    client.connect(str(path))
+    for frame in frames:
+        client.sendall(frame)
+    return client
+
+
+def test_worker_registration_heartbeats_and_status(tmp_path):
+    async def scenario():
+        hub, agent, task = await _start(tmp_path)
+        codec = Codec(TOKEN)
+        client = _worker(tmp_path / "a.sock", [
+            codec.encode(message("w.hello", rank=5, local_rank=1, pid=os.getpid(), restart=0)),
+            codec.encode(message("w.hb", rank=5, beats=3, t=time.time())),
+            codec.encode(message("w.iter", rank=5, n=12)),
+            codec.encode(message("w.sec", rank=5, name="step", open=True, t=time.time())),
+        ])
+        event = await _next(hub, "ag.rank", event="registered", rank=5)
+        assert event.data["pid"] == os.getpid()  # the peer's credentials, not what the frame claims
+        await asyncio.sleep(1.2)
+        ranks = hub.agents["n1"].ranks
+        assert ranks["5"]["iteration"] == 12 and ranks["5"]["sections"] == ["step"] and ranks["5"]["beats"] == 3
+        client.close()
+        hub.broadcast("la.shutdown")
+        await asyncio.wait_for(task, 5)
+        await hub.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_hung_rank_is_reported_then_stopped(tmp_path):
+    """A real child process that heartbeats once and then stops (SIGSTOP): found, reported, killed."""
+
+    async def scenario():
+        hub, agent, task = await _start(tmp_path, poll_s=0.05, dump_wait_s=0.2, term_grace_s=0.5)
+        hub.broadcast("la.timeouts", timeouts={"initial": 30, "heartbeat": 0.5, "calibrate": False})
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            # The agent registers whatever pid the SPANK plugin reports: the child here.
+            agent._on_spank(_register(child.pid))
+            agent.registry.get(9).beat(1, time.time())
+            os.kill(child.pid, signal.SIGSTOP)
+            event = await _next(hub, "ag.rank", event="hung", rank=9)
+            assert "no heartbeat" in event.data["reason"]
+            exited = await _next(hub, "ag.rank", event="exited", rank=9)
+            assert exited.data["source"] == "pid-watch"
+            assert child.wait(timeout=5) in (-signal.SIGTERM, -signal.SIGKILL)
+        finally:
+            child.kill()
+        hub.broadcast("la.shutdown")
+        await asyncio.wait_for(task, 5)
+        await hub.close()
+
+    asyncio.run(scenario())
+
+
+def _register(pid: int):
+    from nvrx_hpc.slurm.spank_messages import parse_spank_line
+
+    return parse_spank_line(json.dumps({
+        "v": 1, "type": "register", "job": 7, "step": 0, "rank": 9, "local_rank": 0, "pid": pid, "node": "n1",
+        "restart_count": 0, "time": time.time(),
+    }).encode())
+
+
+@pytest.mark.parametrize("side", ["agent socket", "launcher port"])
+def test_hostile_input_is_rejected_and_both_keep_working(tmp_path, side):
+    async def scenario():
+        hub, agent, task = await _start(tmp_path)
+        wrong = Codec(new_token())
+        good = Codec(TOKEN)
+
+        async def hostile(payload: bytes) -> None:
+            if side == "agent socket":
+                reader, writer = await asyncio.open_unix_connection(str(tmp_path / "a.sock"))
+            else:
+                reader, writer = await asyncio.open_connection("127.0.0.1", hub.port)
+            writer.write(payload)
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.close()
+
+        rejected_before = agent.server.rejected if side == "agent socket" else hub.rejected
+        await hostile(wrong.encode(message("w.hello", rank=1, pid=1)))  # wrong token
+        await hostile(wrong.encode(message("ag.hello", node="n9", pid=1)))
+        await hostile(b"\x00\x00\x00\x10" + b"\xff" * 16)  # malformed frame
+        await hostile(b"\x7f\xff\xff\xff")  # announces 2 GiB
+        flood = good.encode(message("w.hb", rank=77, beats=1, t=0.0)) * 2000  # unknown rank: ignored
+        await hostile(flood)
+        await asyncio.gather(*(hostile(b"garbage") for _ in range(50)))
+        await asyncio.sleep(0.3)
+        rejected = (agent.server.rejected if side == "agent socket" else hub.rejected) - rejected_before
+        assert rejected >= 3
+        # Still working: a real registration goes through and reaches the launcher.
+        client = _worker(tmp_path / "a.sock", [good.encode(message("w.hello", rank=2, local_rank=0, pid=os.getpid()))])
+        await _next(hub, "ag.rank", event="registered", rank=2)
+        assert "n1" in hub.agents and not task.done()
+        client.close()
+        hub.broadcast("la.shutdown")
+        await asyncio.wait_for(task, 5)
+        await hub.close()
+
+    asyncio.run(scenario())
