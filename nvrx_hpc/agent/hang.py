@@ -13,7 +13,7 @@ __all__ = ["Timeouts", "Hang", "find_hangs", "calibrate"]
 
 SAFETY_FACTOR = 5.0  # calibrated timeout = longest observed interval x this
 WARMUP_BEATS = 5  # intervals observed before calibration replaces the defaults
-MIN_CALIBRATED_S = 2.0  # never calibrate below this: scheduler noise on a busy node
+MIN_CALIBRATED_S = 5.0  # never calibrate below this: scheduler noise on a busy node
 
 
 @dataclass(frozen=True)
