@@ -24,13 +24,21 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Editable install of this very tree, with every extra the tests use. The check runs from / so that a
-# checkout in the current directory does not pass for an installed package.
+# checkout in the current directory does not pass for an installed package, and reads pyproject.toml so
+# that a dependency added there is installed even when an older editable install is present.
 if ! (cd / && "$PYTHON" - "$repo" <<'PY' >/dev/null 2>&1
-import sys, pathlib, importlib
+import importlib.metadata as md, pathlib, re, sys, tomllib
 import nvrx_hpc
-assert pathlib.Path(nvrx_hpc.__file__).resolve().parent.parent == pathlib.Path(sys.argv[1]).resolve()
-for m in ("typer", "rich", "jinja2", "pydantic", "msgpack", "psutil", "pytest", "hypothesis", "mpi4py", "torch"):
-    importlib.import_module(m)
+repo = pathlib.Path(sys.argv[1]).resolve()
+assert pathlib.Path(nvrx_hpc.__file__).resolve().parent.parent == repo
+project = tomllib.loads((repo / "pyproject.toml").read_text())["project"]
+wanted = list(project["dependencies"])
+for extra in ("dev", "mpi", "torch"):
+    wanted += project["optional-dependencies"].get(extra, [])
+for requirement in wanted:
+    if ";" in requirement and "python_version < '3.11'" in requirement:
+        continue
+    md.version(re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0])  # raises when not installed
 PY
 ); then
   log "pip install -e .[dev,mpi,torch]"
