@@ -159,7 +159,10 @@ class Agent:
             else:
                 record.sections.pop(name, None)
         elif kind == "w.iter":
+            first = record.iteration is None
             record.iteration = int(msg.get("n", 0))
+            if first:  # training is (back) under way: the launcher times restarts from this
+                self._report("ag.rank", event="first_iteration", rank=rank, iteration=record.iteration)
         elif kind == "w.timeouts":
             heartbeat = (msg.get("timeouts") or {}).get("heartbeat")
             if isinstance(heartbeat, (int, float)) and heartbeat > 0:

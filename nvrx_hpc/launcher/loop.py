@@ -258,6 +258,7 @@ class Launcher:
         iterations: list[int] = []
         first_at: float | None = None
         ended_at: float | None = None
+        first_iteration_seen = False
         waiter = asyncio.ensure_future(step.wait())
         while True:
             now = time.monotonic()
@@ -275,6 +276,10 @@ class Launcher:
             finding, iteration = self._finding(event, nodes)
             if iteration is not None:
                 iterations.append(iteration)
+            if event.kind == "ag.rank" and event.data.get("event") == "first_iteration" and not first_iteration_seen:
+                first_iteration_seen = True
+                self.events.emit("launcher.step.first_iteration", node=event.node, rank=event.data.get("rank"),
+                                 iteration=iteration, at=event.data.get("time"))
             if finding is None:
                 continue
             if finding.kind == "exited_unknown":

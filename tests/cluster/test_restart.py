@@ -1,0 +1,149 @@
+"""`nvrx-hpc run` on the real local cluster: real sbatch allocations, srun steps, SPANK plugin, agents,
+and a real 4-rank PyTorch gloo training (examples/train.py). Each fault is injected for real and the
+final model hash must equal the fault-free run's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from nvrx_hpc.core.events import read_events
+from nvrx_hpc.core.exit_codes import ExitCode
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "examples" / "train.py"
+STEPS = 14
+
+
+def _submit(cluster, tmp_path: Path, name: str, *, nodes: int, spares: int, fault: str | None = None,
+            run_args: tuple[str, ...] = (), train_args: tuple[str, ...] = ()) -> tuple[str, Path]:
+    run_dir = tmp_path / name
+    script = tmp_path / f"{name}.sh"
+    env_line = f"export NVRX_TEST_FAULT={fault}\n" if fault else ""
+    argv = [
+        sys.executable, "-m", "nvrx_hpc", "run", "--spares", str(spares), "--tasks-per-node", "2",
+        "--run-dir", str(run_dir), "--stop-grace", "2", *run_args, "--",
+        sys.executable, str(TRAIN), "--steps", str(STEPS), "--ckpt-every", "4", "--step-time", "0.1",
+        "--out", str(run_dir), *train_args,
+    ]  # fmt: skip
+    script.write_text("#!/bin/bash\n" + env_line + "exec " + " ".join(f"'{a}'" for a in argv) + "\n")
+    done = cluster.run(
+        ["sbatch", "--parsable", f"--nodes={nodes + spares}", "--ntasks-per-node=2", "--time=5", "--no-kill",
+         f"--output={tmp_path / name}.out", str(script)], timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0], run_dir
+
+
+def _wait(cluster, job: str, timeout: float = 180) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = cluster.dev.backend.job(job)
+        if info.finished:
+            return {"state": info.state, "exit_code": info.exit_code}
+        time.sleep(0.5)
+    cluster.run(["scancel", job])
+    raise AssertionError(f"job {job} did not finish in {timeout} s")
+
+
+def _hash(run_dir: Path) -> str:
+    return (run_dir / "final_hash.txt").read_text().strip()
+
+
+def _kinds(run_dir: Path) -> list[str]:
+    return [e["kind"] for e in read_events(run_dir / "events.jsonl")]
+
+
+def _culprit(run_dir: Path) -> dict:
+    return next(e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "launcher.culprit")
+
+
+@pytest.fixture(scope="module")
+def baseline(cluster, tmp_path_factory) -> str:
+    tmp = tmp_path_factory.mktemp("baseline")
+    job, run_dir = _submit(cluster, tmp, "clean", nodes=2, spares=0)
+    result = _wait(cluster, job)
+    assert result == {"state": "COMPLETED", "exit_code": 0}, (tmp / "clean.out").read_text()
+    assert "launcher.restart" not in _kinds(run_dir)
+    return _hash(run_dir)
+
+
+def test_f1_rank_sigkilled_recovers_on_a_spare(cluster, tmp_path, baseline):
+    job, run_dir = _submit(cluster, tmp_path, "f1", nodes=2, spares=1, fault="crash:rank=3:step=6")
+    assert _wait(cluster, job)["state"] == "COMPLETED", (tmp_path / "f1.out").read_text()
+    culprit = _culprit(run_dir)
+    assert culprit["rank"] == 3 and "signal 9" in culprit["reason"]
+    excluded = [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "launcher.node.excluded"]
+    assert [e["node"] for e in excluded] == [culprit["node"]] and excluded[0]["detail"]["replaced_by"] == "n3"
+    assert _hash(run_dir) == baseline
+
+
+def test_f2_rank_stopped_is_found_hung_dumped_and_recovered(cluster, tmp_path, baseline):
+    job, run_dir = _submit(cluster, tmp_path, "f2", nodes=2, spares=1, fault="hang:rank=1:step=6",
+                           run_args=("--heartbeat-timeout", "4"))
+    assert _wait(cluster, job)["state"] == "COMPLETED", (tmp_path / "f2.out").read_text()
+    culprit = _culprit(run_dir)
+    assert culprit["rank"] == 1 and "hung" in culprit["reason"]
+    assert list((run_dir / "stacks").glob("rank-1*")), "the hung rank's stacks were not collected"
+    assert _hash(run_dir) == baseline
+
+
+def test_f3_rank_stuck_before_a_collective_is_blamed_not_the_waiters(cluster, tmp_path, baseline):
+    job, run_dir = _submit(cluster, tmp_path, "f3", nodes=2, spares=1, fault="stuck:rank=2:step=6",
+                           run_args=("--heartbeat-timeout", "4"))
+    assert _wait(cluster, job)["state"] == "COMPLETED", (tmp_path / "f3.out").read_text()
+    culprit = _culprit(run_dir)
+    assert culprit["rank"] == 2, culprit
+    assert _hash(run_dir) == baseline
+
+
+def test_f6_node_agent_killed_excludes_the_node(cluster, tmp_path, baseline):
+    job, run_dir = _submit(cluster, tmp_path, "f6", nodes=2, spares=1)
+    victim = None
+    deadline = time.monotonic() + 90
+    while victim is None and time.monotonic() < deadline:
+        try:
+            status = json.loads((run_dir / "status.json").read_text())
+        except (OSError, ValueError):
+            status = {}
+        iterations = [r.get("iteration") or 0 for r in status.get("ranks", {}).values()]
+        if iterations and max(iterations) >= 3 and "n2" in status.get("agents", {}):
+            victim = status["agents"]["n2"]["pid"]
+        time.sleep(0.2)
+    assert victim, "training never got going"
+    assert "agent" in " ".join(psutil.Process(victim).cmdline())
+    os.kill(victim, signal.SIGKILL)
+    assert _wait(cluster, job)["state"] == "COMPLETED", (tmp_path / "f6.out").read_text()
+    culprit = _culprit(run_dir)
+    assert culprit["node"] == "n2" and "agent" in culprit["reason"]
+    assert _hash(run_dir) == baseline
+
+
+def test_f11_failure_without_progress_stops_with_do_not_requeue(cluster, tmp_path):
+    job, run_dir = _submit(cluster, tmp_path, "f11", nodes=1, spares=2, fault="noprogress:step=6",
+                           run_args=("--max-no-progress", "2", "--max-restarts", "5"))
+    result = _wait(cluster, job)
+    assert result["exit_code"] == int(ExitCode.DO_NOT_REQUEUE), (tmp_path / "f11.out").read_text()
+    stop = next(e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "launcher.stop")
+    assert "no training progress in 2" in stop["reason"]
+    assert _kinds(run_dir).count("launcher.step.started") == 3
+
+
+def test_site_mode_drains_the_culprit_with_an_nvrx_reason(cluster, tmp_path, baseline):
+    job, run_dir = _submit(cluster, tmp_path, "site", nodes=2, spares=1, fault="exit:rank=0:step=5:code=3",
+                           run_args=("--mode", "site"))
+    try:
+        assert _wait(cluster, job)["state"] == "COMPLETED", (tmp_path / "site.out").read_text()
+        culprit = _culprit(run_dir)
+        node = cluster.dev.backend.node(culprit["node"])
+        assert node.drained and node.reason.startswith("nvrx: rank 0 on n1 exited with code 3")
+        assert _hash(run_dir) == baseline
+    finally:
+        cluster.dev.backend.resume(["n1", "n2", "n3"])
