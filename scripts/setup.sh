@@ -33,7 +33,7 @@ repo = pathlib.Path(sys.argv[1]).resolve()
 assert pathlib.Path(nvrx_hpc.__file__).resolve().parent.parent == repo
 project = tomllib.loads((repo / "pyproject.toml").read_text())["project"]
 wanted = list(project["dependencies"])
-for extra in ("dev", "mpi", "torch"):
+for extra in ("dev", "mpi", "torch", "service"):
     wanted += project["optional-dependencies"].get(extra, [])
 for requirement in wanted:
     if ";" in requirement and "python_version < '3.11'" in requirement:
@@ -41,7 +41,7 @@ for requirement in wanted:
     md.version(re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0])  # raises when not installed
 PY
 ); then
-  log "pip install -e .[dev,mpi,torch]"
-  "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e "$repo[dev,mpi,torch]"
+  log "pip install -e .[dev,mpi,torch,service]"
+  "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e "$repo[dev,mpi,torch,service]"
 fi
 log "ok"

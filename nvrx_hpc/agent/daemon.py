@@ -177,9 +177,12 @@ class Agent:
 
     def _mark_exited(self, record: RankRecord, source: str) -> None:
         if record.reported_exit:
-            return
+            # The PID watch may see a death before the plugin's task_exit brings its status: report again.
+            if not (source == "spank" and record.exit_unknown):
+                return
         record.state = RankState.EXITED
         record.reported_exit = True
+        record.exit_unknown = record.exit_code is None and record.signal is None
         self._report(
             "ag.rank", event="exited", rank=record.rank, pid=record.pid, exit_code=record.exit_code,
             signal=record.signal, source=source, iteration=record.iteration, sections=sorted(record.sections),

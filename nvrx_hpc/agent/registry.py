@@ -40,6 +40,7 @@ class RankRecord:
     exit_code: int | None = None
     signal: int | None = None
     reported_exit: bool = False
+    exit_unknown: bool = False
 
     def beat(self, beats: int, when: float) -> None:
         if beats <= self.beats:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -285,6 +286,9 @@ class Launcher:
             if finding.kind == "exited_unknown":
                 tentative.append(finding)
                 continue
+            earlier = [t.time for t in tentative if (t.node, t.rank) == (finding.node, finding.rank)]
+            if earlier:  # the PID watch saw this death first; the plugin's status came after
+                finding = dataclasses.replace(finding, time=min(earlier + [finding.time]))
             findings.append(finding)
             self.events.emit(f"launcher.rank.{finding.kind}", node=finding.node, rank=finding.rank,
                              reason=finding.reason, sections=list(finding.sections))
@@ -306,6 +310,8 @@ class Launcher:
     def _finding(self, event: HubEvent, nodes: list[str]) -> tuple[Finding | None, int | None]:
         data = event.data
         iteration = data.get("iteration") if isinstance(data.get("iteration"), int) else None
+        if isinstance(data.get("time"), (int, float)):  # when the agent saw it, not when it arrived here
+            event = dataclasses.replace(event, time=float(data["time"]))
         if event.kind == "hub.agent_lost" and event.node in nodes:
             return Finding("agent_lost", event.time, event.node, reason=f"node agent on {event.node} lost"), None
         if event.kind != "ag.rank" or event.node not in nodes:

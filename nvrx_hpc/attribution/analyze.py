@@ -1,0 +1,180 @@
+"""The attribution entry point: read a run directory (or loose log and dump files), scan, analyse the
+flight recorder, decide, and return a `Report`. The restart loop calls `analyze_run(run_dir)` and reads
+`report.verdict.action` / `.exclude_nodes`; the CLI and the Epilog also write the report files.
+
+Every file that cannot be read becomes an entry of `report.problems`; the analysis never stops for one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from nvrx_hpc.attribution.api import SCHEMA_VERSION, FileProblem, Hit, Verdict
+from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
+from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
+from nvrx_hpc.attribution.lines import LineContext
+from nvrx_hpc.attribution.scanner import Scanner
+from nvrx_hpc.attribution.verdict import Findings, decide
+from nvrx_hpc.core.errors import AttributionError
+
+__all__ = ["Report", "analyze", "analyze_run"]
+
+log = logging.getLogger(__name__)
+_JOB_DIR = re.compile(r"^\d+(?:_\d+)?$")
+
+
+@dataclass(frozen=True)
+class Report:
+    """A verdict plus what it was made from. `to_dict()` is the content of report.json."""
+
+    verdict: Verdict
+    job_id: str | None
+    run_dir: str | None
+    generated_at: float
+    seconds: float
+    inputs: dict[str, int]
+    problems: tuple[FileProblem, ...]
+    fr: FRReport | None
+    engine: str
+    hits: tuple[Hit, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "job_id": self.job_id,
+            "run_dir": self.run_dir,
+            "generated_at": datetime.fromtimestamp(self.generated_at, timezone.utc).isoformat(),
+            "analysis_seconds": round(self.seconds, 3),
+        }
+        out.update(self.verdict.to_dict())
+        out["flight_recorder"] = self.fr.to_dict() if self.fr is not None else None
+        out["errors"] = [p.to_dict() for p in self.problems]
+        out["inputs"] = {**self.inputs, "engine": self.engine}
+        return out
+
+
+def _job_id(files: RunFiles, events: Sequence[Any], given: str | None) -> str | None:
+    if given:
+        return given
+    if files.root is not None and _JOB_DIR.match(files.root.name):
+        return files.root.name
+    for e in events:
+        for key in ("job_id", "job"):
+            if e.raw.get(key) not in (None, ""):
+                return str(e.raw[key])
+    return None
+
+
+def _scan_logs(
+    scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem]
+) -> tuple[list[Hit], int]:
+    hits: list[Hit] = []
+    scanned = 0
+    for index, path in enumerate([*files.logs, *files.stacks], start=1):
+        source = files.source(path)
+        try:
+            stat = path.stat()
+            if since is not None and stat.st_mtime < since:
+                continue
+            year = datetime.fromtimestamp(stat.st_mtime).year
+            found = scanner.scan_file(path, LineContext(source, rank=rank_of(path), year=year, file_index=index))
+        except OSError as exc:
+            problems.append(FileProblem(source, f"cannot read: {exc.strerror or exc}"))
+            continue
+        except AttributionError as exc:
+            problems.append(FileProblem(source, exc.message))
+            continue
+        scanned += stat.st_size
+        hits.extend(found)
+    return hits, scanned
+
+
+def analyze(
+    paths: Sequence[str | Path],
+    *,
+    job_id: str | None = None,
+    job_state: str | None = None,
+    job_nodes: Sequence[str] = (),
+    engine: str = "auto",
+    since: float | None = None,
+) -> Report:
+    """Analyse a run directory or a set of log, events, failure-record and flight-recorder files.
+
+    `job_state` / `job_nodes`: what Slurm says about the job (e.g. "TIMEOUT"), if the caller asked it.
+    `since`: ignore files, events and lines older than this epoch time (the restart loop passes the
+    start of the attempt it judges).
+
+    Raises:
+        AttributionError: no input, a path that does not exist, or an unknown scan engine.
+    """
+    started = time.monotonic()
+    files = discover([Path(p) for p in paths])
+    scanner = Scanner(engine=engine)
+    problems: list[FileProblem] = []
+    events = []
+    for path in files.events:
+        found, bad = read_events(path, files.source(path))
+        events.extend(found)
+        problems.extend(bad)
+    records, bad = read_records(files.records, files)
+    problems.extend(bad)
+    health, bad = read_health(files.health, files)
+    problems.extend(bad)
+    if since is not None:
+        events = [e for e in events if e.time is None or e.time >= since]
+        records = [r for r in records if r.time is None or r.time >= since]
+    hits, scanned = _scan_logs(scanner, files, since, problems)
+    for r in records:
+        if r.traceback:
+            ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
+            hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
+    if since is not None:
+        hits = [h for h in hits if h.time is None or h.time >= since]
+    fr = analyze_files(files.fr_dumps, relative_to=files.root) if files.fr_dumps else None
+    if fr is not None:
+        problems.extend(fr.problems)
+    verdict = decide(
+        Findings(hits=hits, records=records, events=events, health=health, fr=fr, job_state=job_state,
+                 job_nodes=tuple(job_nodes))
+    )  # fmt: skip
+    inputs = {
+        "logs": len(files.logs),
+        "log_bytes": scanned,
+        "stack_dumps": len(files.stacks),
+        "fr_dumps": len(files.fr_dumps),
+        "failure_records": len(files.records),
+        "events": len(events),
+        "health_snapshots": len(files.health),
+        "hits": len(hits),
+    }
+    return Report(
+        verdict=verdict,
+        job_id=_job_id(files, events, job_id),
+        run_dir=str(files.root) if files.root else None,
+        generated_at=time.time(),
+        seconds=time.monotonic() - started,
+        inputs=inputs,
+        problems=tuple(problems),
+        fr=fr,
+        engine=scanner.engine,
+        hits=tuple(hits),
+    )
+
+
+def analyze_run(run_dir: str | Path, **kwargs: Any) -> Report:
+    """`analyze([run_dir], ...)`: the call the restart loop makes to decide exclude / retry / stop."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise AttributionError(
+            f"run directory {path} does not exist or is not a directory",
+            hint="the launcher writes <submit dir>/nvrx-runs/<job id>/",
+        )
+    return analyze([path], **kwargs)

@@ -1,0 +1,294 @@
+"""Flight-recorder analysis: per process group, align ranks by collective sequence id and say which
+ranks never joined the collective the others wait on, which are behind, which sent no dump, and where
+op, size or dtype disagree.
+
+Sequence ids, not clocks, decide (clocks differ across hosts). A rank's progress comes from its
+`pg_status` (last enqueued / completed collective) when present, else from its entries. The culprits
+are the ranks that never joined a collective while waiting on none themselves: a rank blocked in
+another group is a victim of that group, not a cause.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nvrx_hpc.attribution.api import FileProblem
+from nvrx_hpc.attribution.fr_load import SUPPORTED_MINOR, FRDump, FREntry, load_dump
+from nvrx_hpc.core.errors import AttributionError
+
+__all__ = ["PGFinding", "FRReport", "analyze_dumps", "analyze_files"]
+
+# Ops whose input and output sizes must agree on every rank of the group.
+_SAME_SIZE_OPS = {
+    "all_reduce", "allreduce", "broadcast", "reduce", "barrier", "all_gather", "_all_gather_base", "allgather",
+    "_allgather_base", "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor", "all_gather_into_tensor",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PGFinding:
+    """What one process group shows. `seq` is the first collective not completed everywhere."""
+
+    pg: str
+    desc: str
+    members: tuple[int, ...]
+    seq: int | None
+    op: str | None
+    sizes: Any = None
+    dtypes: Any = None
+    never_joined: tuple[int, ...] = ()
+    behind: tuple[int, ...] = ()
+    missing_dumps: tuple[int, ...] = ()
+    blocked: tuple[int, ...] = ()
+    mismatch: dict[str, Any] | None = None
+    last_enqueued: dict[int, int] = field(default_factory=dict)
+    last_completed: dict[int, int] = field(default_factory=dict)
+    first_created_ns: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pg": self.pg, "desc": self.desc, "members": list(self.members), "seq": self.seq, "op": self.op,
+            "sizes": self.sizes, "dtypes": self.dtypes, "never_joined": list(self.never_joined),
+            "behind": list(self.behind), "missing_dumps": list(self.missing_dumps), "blocked": list(self.blocked),
+            "mismatch": self.mismatch,
+            "last_enqueued": {str(k): v for k, v in sorted(self.last_enqueued.items())},
+            "last_completed": {str(k): v for k, v in sorted(self.last_completed.items())},
+        }  # fmt: skip
+
+    def text(self) -> str:
+        where = f"process group {self.pg!r} ({self.desc or 'no desc'})"
+        parts = []
+        if self.never_joined:
+            parts.append(f"ranks {list(self.never_joined)} never joined {self.op} #{self.seq}")
+        if self.missing_dumps:
+            parts.append(f"no dump from ranks {list(self.missing_dumps)}")
+        if self.mismatch:
+            parts.append(f"{self.mismatch['type']} mismatch at #{self.mismatch['seq']}: {self.mismatch['detail']}")
+        return f"{where}: " + ("; ".join(parts) if parts else f"blocked at {self.op} #{self.seq}")
+
+
+@dataclass(frozen=True)
+class FRReport:
+    """Every dump read, every problem met, and the findings of the groups that are stuck or disagree."""
+
+    ranks: tuple[int, ...]
+    versions: tuple[str, ...]
+    findings: tuple[PGFinding, ...]
+    culprits: tuple[int, ...]
+    problems: tuple[FileProblem, ...] = ()
+    notes: tuple[str, ...] = ()
+    frames: dict[int, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ranks": list(self.ranks),
+            "versions": list(self.versions),
+            "culprits": list(self.culprits),
+            "findings": [f.to_dict() for f in self.findings],
+            "problems": [p.to_dict() for p in self.problems],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class _Config:
+    """Group memberships over all dumps: by group name, and the unnamed entry torch's gloo dumps keep."""
+
+    by_name: dict[str, set[int]]
+    unnamed: set[int]
+    unnamed_descs: set[str]
+
+    @classmethod
+    def of(cls, dumps: Iterable[FRDump]) -> _Config:
+        by_name: dict[str, set[int]] = {}
+        unnamed: set[int] = set()
+        descs: set[str] = set()
+        for d in dumps:
+            for name, (_desc, ranks) in d.pg_config.items():
+                by_name.setdefault(name, set()).update(ranks)
+            if len(d.pg_config) == 1 and "" in d.pg_config:
+                unnamed.update(d.pg_config[""][1])
+                descs.add(d.pg_config[""][0])
+        return cls(by_name, unnamed, descs)
+
+    def members(self, name: str, desc: str, seen: set[int]) -> tuple[int, ...]:
+        ranks = self.by_name.get(name) if name else None
+        if not ranks and self.unnamed and desc in ({"default_pg", ""} | self.unnamed_descs):
+            # torch's gloo dumps name the group '0' in entries but keep one unnamed entry in pg_config.
+            ranks = self.unnamed
+        return tuple(sorted(ranks or seen))
+
+
+def _progress(dump: FRDump, entries: list[FREntry], pg_id: str | None) -> tuple[int | None, int | None]:
+    """(last enqueued, last completed) collective of one rank in one group; None where unknown."""
+    if pg_id is not None and pg_id in dump.pg_status:
+        enq, _, done = dump.pg_status[pg_id]
+        return enq, done
+    colls = [e for e in entries if not e.is_p2p]
+    if not colls:
+        return None, None
+    done_seqs = [e.seq for e in colls if e.completed]
+    return max(e.seq for e in colls), (max(done_seqs) if done_seqs else min(e.seq for e in colls) - 1)
+
+
+def _lists(value: Any) -> Any:
+    return [_lists(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def _signature(e: FREntry, check_sizes: bool) -> tuple:
+    sizes = (e.input_sizes, e.output_sizes) if check_sizes else ()
+    return (e.op, sizes, (e.input_dtypes, e.output_dtypes))
+
+
+def _mismatch(by_rank: dict[int, list[FREntry]], minor: int) -> dict[str, Any] | None:
+    """The first sequence id at which the ranks' ops disagree, and the minority ranks."""
+    seqs: dict[int, dict[int, FREntry]] = {}
+    for rank, entries in by_rank.items():
+        for e in entries:
+            if not e.is_p2p and not e.op.endswith("coalesced"):
+                seqs.setdefault(e.seq, {})[rank] = e
+    for seq in sorted(seqs):
+        at = seqs[seq]
+        if len(at) < 2:
+            continue
+        ops = Counter(e.op for e in at.values())
+        kind = "op"
+        if len(ops) == 1:
+            op = next(iter(ops))
+            all_to_all_old = op.startswith("all_to_all") and minor <= 3
+            same = op in _SAME_SIZE_OPS and not all_to_all_old
+            kind = "size" if len({_signature(e, same)[1] for e in at.values()}) > 1 else "dtype"
+        sigs = Counter(_signature(e, e.op in _SAME_SIZE_OPS) for e in at.values())
+        if len(sigs) == 1:
+            continue
+        top, count = sigs.most_common(1)[0]
+        culprits = sorted(r for r, e in at.items() if _signature(e, e.op in _SAME_SIZE_OPS) != top)
+        if count * 2 == len(at):  # a tie names nobody for sure: name every side
+            culprits = sorted(at)
+        detail = ", ".join(
+            f"rank {r}: {e.op} {_lists(e.input_sizes)} {_lists(e.input_dtypes)}" for r, e in sorted(at.items())[:8]
+        )
+        return {"seq": seq, "type": kind, "culprits": culprits, "detail": detail}
+    return None
+
+
+def _analyze_group(
+    dumps: dict[int, FRDump], name: str, desc: str, group: dict[int, list[FREntry]], config: _Config, minor: int
+) -> PGFinding | None:
+    seen = set(group)
+    members = config.members(name, desc, seen)
+    by_rank = {r: group.get(r, []) for r in (*members, *seen) if r in dumps}
+    ids = Counter(e.pg_id for es in by_rank.values() for e in es)
+    common_id = ids.most_common(1)[0][0] if ids else None
+    enq: dict[int, int] = {}
+    done: dict[int, int] = {}
+    for r in members:
+        if r not in dumps:
+            continue
+        own_id = by_rank[r][0].pg_id if by_rank[r] else common_id
+        e, c = _progress(dumps[r], by_rank[r], own_id)
+        if e is not None and c is not None:
+            enq[r], done[r] = e, c
+    mismatch = _mismatch({r: by_rank[r] for r in members if r in by_rank}, minor)
+    missing = tuple(r for r in members if r not in dumps)
+    if not enq:
+        return None
+    first_open = min(done.values()) + 1
+    top = max(enq.values())
+    if top < first_open and not mismatch:
+        return None  # everything issued was completed everywhere
+    at_seq = [e for es in by_rank.values() for e in es if e.seq == first_open and not e.is_p2p]
+    head = min(at_seq, key=lambda e: e.time_created_ns or 0) if at_seq else None
+    return PGFinding(
+        pg=name,
+        desc=desc,
+        members=members,
+        seq=first_open if top >= first_open else None,
+        op=head.op if head else None,
+        sizes=[_lists(head.input_sizes), _lists(head.output_sizes)] if head else None,
+        dtypes=_lists(head.input_dtypes) if head else None,
+        never_joined=tuple(sorted(r for r, v in enq.items() if v < first_open <= top)),
+        behind=tuple(sorted(r for r, v in enq.items() if first_open <= v < top)),
+        missing_dumps=missing if top >= first_open else (),
+        blocked=tuple(sorted(r for r in enq if enq[r] > done[r])),
+        mismatch=mismatch,
+        last_enqueued=enq,
+        last_completed=done,
+        first_created_ns=head.time_created_ns if head else None,
+    )
+
+
+def _culprits(findings: Sequence[PGFinding]) -> tuple[int, ...]:
+    blocked = {r for f in findings for r in f.blocked}
+    never = {r for f in findings for r in f.never_joined}
+    free = never - blocked
+    if free:
+        return tuple(sorted(free))
+    if never:
+        return tuple(sorted(never))
+    mism = {r for f in findings if f.mismatch for r in f.mismatch["culprits"]}
+    if mism:
+        return tuple(sorted(mism))
+    return tuple(sorted({r for f in findings for r in f.missing_dumps}))
+
+
+def analyze_dumps(dumps: Iterable[FRDump], problems: Sequence[FileProblem] = ()) -> FRReport:
+    """Findings over already-loaded dumps (one per rank; a later duplicate of a rank is ignored)."""
+    by_rank: dict[int, FRDump] = {}
+    notes = []
+    for d in dumps:
+        if d.rank in by_rank:
+            notes.append(f"{d.source}: a second dump for rank {d.rank}; kept {by_rank[d.rank].source}")
+            continue
+        by_rank[d.rank] = d
+        if d.minor not in SUPPORTED_MINOR:
+            notes.append(f"{d.source}: format {d.version} is outside 2.3-2.10; read as the closest known version")
+    versions = sorted({d.version for d in by_rank.values()})
+    if len(versions) > 1:
+        notes.append(f"ranks wrote different formats ({', '.join(versions)}); compared field by field")
+    index: dict[str, dict[int, list[FREntry]]] = {}
+    groups = set()
+    for r, d in by_rank.items():
+        for e in d.entries:
+            index.setdefault(e.pg_name, {}).setdefault(r, []).append(e)
+            groups.add((e.pg_name, e.pg_desc))
+    config = _Config.of(by_rank.values())
+    minor = min((d.minor for d in by_rank.values()), default=10)
+    findings = []
+    for name, desc in sorted(groups):
+        found = _analyze_group(by_rank, name, desc, index[name], config, minor)
+        if found is not None:
+            findings.append(found)
+    findings.sort(key=lambda f: (f.first_created_ns is None, f.first_created_ns or 0, f.pg))
+    frames = {}
+    for r, d in by_rank.items():
+        if d.entries and d.entries[-1].frame:
+            frames[r] = d.entries[-1].frame
+    return FRReport(
+        ranks=tuple(sorted(by_rank)),
+        versions=tuple(versions),
+        findings=tuple(findings),
+        culprits=_culprits(findings),
+        problems=tuple(problems),
+        notes=tuple(notes),
+        frames=frames,
+    )
+
+
+def analyze_files(paths: Iterable[Path], *, relative_to: Path | None = None) -> FRReport:
+    """Load and analyse dump files; a file that cannot be loaded becomes a problem, the rest go on."""
+    dumps, problems = [], []
+    for path in sorted(paths):
+        try:
+            source = str(path.relative_to(relative_to)) if relative_to else str(path)
+        except ValueError:
+            source = str(path)
+        try:
+            dumps.append(load_dump(path, source))
+        except AttributionError as exc:
+            problems.append(FileProblem(source, exc.message))
+    return analyze_dumps(dumps, problems)

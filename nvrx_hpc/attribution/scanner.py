@@ -1,0 +1,243 @@
+"""The log scanner: finds the lines that may match a signature fast, then classifies only those.
+
+Finding runs over whole chunks, never line by line in Python. Engines, fastest first:
+`hyperscan` (the catalog's anchor literals, if the package is installed), `re2` (the whole catalog as
+one combined pattern, if google-re2 is installed), `grep` (GNU `grep -F` with the anchor literals, on
+files), and `python` (a `bytes.find` pass per anchor literal over each chunk; always there).
+`auto` picks the fastest one present. Every engine yields the same hits: each candidate line is
+classified by `lines.classify_line`, which applies the catalog in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.lines import LineContext, classify_line
+from nvrx_hpc.attribution.signatures import CATALOG, Signature
+from nvrx_hpc.core.errors import AttributionError
+
+__all__ = ["ENGINES", "Scanner", "available_engines", "prefilter_anchors", "combined_pattern"]
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("auto", "hyperscan", "re2", "grep", "python")
+CHUNK = 32 * 1024 * 1024
+_GREP_MB_PER_S = 50.0  # a pessimistic speed, only to size grep's deadline
+
+
+def prefilter_anchors(catalog: Iterable[Signature] = CATALOG) -> list[str]:
+    """The anchor literals of the catalog, minus those that contain another one (it finds them anyway)."""
+    anchors = sorted({a for sig in catalog for a in sig.anchors}, key=lambda a: (len(a), a))
+    kept: list[str] = []
+    for a in anchors:
+        if not any(k in a for k in kept):
+            kept.append(a)
+    return kept
+
+
+def combined_pattern(catalog: Iterable[Signature] = CATALOG) -> str:
+    """All signatures as one alternation, named groups and `^` anchors dropped (for re2 and benchmarks)."""
+    parts = [re.sub(r"\(\?P<\w+>", "(?:", sig.pattern.removeprefix("^")) for sig in catalog]
+    return "|".join(f"(?:{p})" for p in parts)
+
+
+def _module(name: str):
+    try:
+        return __import__(name)
+    except ImportError:
+        return None
+
+
+def available_engines() -> list[str]:
+    """The engines usable here, fastest first."""
+    found = []
+    if _module("hyperscan") is not None:
+        found.append("hyperscan")
+    if _module("re2") is not None:
+        found.append("re2")
+    if shutil.which("grep"):
+        found.append("grep")
+    found.append("python")
+    return found
+
+
+def _line_starts(data: bytes, positions: Iterable[int]) -> list[int]:
+    """Start offsets of the lines holding `positions`, sorted and unique."""
+    starts = set()
+    for pos in positions:
+        starts.add(data.rfind(b"\n", 0, pos) + 1)
+    return sorted(starts)
+
+
+class _PythonFinder:
+    def __init__(self, anchors: list[str]) -> None:
+        self._anchors = [a.encode() for a in anchors]
+
+    def positions(self, data: bytes) -> Iterator[int]:
+        find = data.find
+        for anchor in self._anchors:
+            i = find(anchor)
+            while i >= 0:
+                yield i
+                end = find(b"\n", i)
+                if end < 0:
+                    break
+                i = find(anchor, end)
+
+
+class _HyperscanFinder:
+    def __init__(self, anchors: list[str]) -> None:
+        import hyperscan
+
+        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        exprs = [re.escape(a).encode() for a in anchors]
+        self._db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=[0] * len(exprs))
+
+    def positions(self, data: bytes) -> list[int]:
+        ends: list[int] = []
+
+        def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
+            ends.append(end - 1)
+
+        self._db.scan(data, match_event_handler=on_match)
+        return ends
+
+
+class _Re2Finder:
+    def __init__(self, catalog: tuple[Signature, ...]) -> None:
+        import re2
+
+        self._pattern = re2.compile(combined_pattern(catalog).encode())
+
+    def positions(self, data: bytes) -> Iterator[int]:
+        pos, n = 0, len(data)
+        search = self._pattern.search
+        while pos < n:
+            m = search(data, pos)
+            if not m:
+                return
+            yield m.start()
+            end = data.find(b"\n", m.end())
+            pos = n if end < 0 else end + 1
+
+
+class Scanner:
+    """Scans text and files against a catalog. `engine`: one of ENGINES (default auto); files are read
+    `chunk_size` bytes at a time (cut at the last newline).
+
+    Raises:
+        AttributionError: the engine asked for is unknown or not installed here.
+    """
+
+    def __init__(self, catalog: tuple[Signature, ...] = CATALOG, engine: str = "auto", chunk_size: int = CHUNK) -> None:
+        self.catalog = catalog
+        self.chunk_size = chunk_size
+        present = available_engines()
+        if engine not in ENGINES:
+            raise AttributionError(
+                f"unknown scan engine {engine!r}; engines are {', '.join(ENGINES)}", hint="use auto"
+            )
+        if engine != "auto" and engine not in present:
+            raise AttributionError(
+                f"scan engine {engine!r} is not available here (available: {', '.join(present)})",
+                hint="pip install hyperscan / google-re2, or use auto",
+            )
+        self.engine = present[0] if engine == "auto" else engine
+        self.anchors = prefilter_anchors(catalog)
+        if self.engine == "hyperscan":
+            self._finder = _HyperscanFinder(self.anchors)
+        elif self.engine == "re2":
+            self._finder = _Re2Finder(catalog)
+        else:  # grep works on files; text given in memory goes through the python finder
+            self._finder = _PythonFinder(self.anchors)
+
+    # ---- text in memory ------------------------------------------------------------------------
+    def scan_bytes(self, data: bytes, ctx: LineContext, *, first_line: int = 1) -> list[Hit]:
+        """Hits in `data` (whole lines); `first_line` is the number of its first line."""
+        return self._scan(data, len(data), ctx, first_line)[0]
+
+    def scan_text(self, text: str, ctx: LineContext) -> list[Hit]:
+        return self.scan_bytes(text.encode("utf-8", "replace"), ctx)
+
+    def _scan(self, data: bytes, limit: int, ctx: LineContext, first_line: int) -> tuple[list[Hit], int]:
+        """Hits in the lines of data[:limit], and the number of newlines there."""
+        hits: list[Hit] = []
+        line_no, prev = first_line, 0
+        positions = (p for p in self._finder.positions(data) if p < limit)
+        for start in _line_starts(data, positions):
+            line_no += data.count(b"\n", prev, start)
+            prev = start
+            end = data.find(b"\n", start, limit)
+            raw = data[start : limit if end < 0 else end].decode("utf-8", "replace")
+            hit = classify_line(raw, line_no, ctx, self.catalog)
+            if hit is not None:
+                hits.append(hit)
+        line_no += data.count(b"\n", prev, limit)
+        return hits, line_no - first_line
+
+    # ---- files ---------------------------------------------------------------------------------
+    def scan_file(self, path: Path, ctx: LineContext) -> list[Hit]:
+        """Hits in one file.
+
+        Raises:
+            AttributionError: the file cannot be read (missing, a directory, no permission).
+        """
+        try:
+            if not path.is_file():
+                raise AttributionError(f"{ctx.source}: not a regular file (or missing)")
+            size = path.stat().st_size
+            if self.engine == "grep" and size > 1024 * 1024:
+                return self._grep_file(path, size, ctx)
+            return self._scan_chunks(path, ctx)
+        except OSError as exc:
+            raise AttributionError(f"{ctx.source}: cannot read: {exc.strerror or exc}") from None
+
+    def _scan_chunks(self, path: Path, ctx: LineContext) -> list[Hit]:
+        hits: list[Hit] = []
+        line_no = 1
+        carry = b""
+        with open(path, "rb") as f:
+            while True:
+                block = f.read(self.chunk_size)
+                data = carry + block if carry else block
+                if not block:
+                    if data:
+                        hits.extend(self._scan(data, len(data), ctx, line_no)[0])
+                    return hits
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:  # one enormous line so far: keep reading
+                    carry = data
+                    continue
+                found, lines = self._scan(data, cut, ctx, line_no)
+                hits.extend(found)
+                line_no += lines
+                carry = data[cut:]
+
+    def _grep_file(self, path: Path, size: int, ctx: LineContext) -> list[Hit]:
+        argv = ["grep", "-a", "-n", "-F"]
+        for anchor in self.anchors:
+            argv += ["-e", anchor]
+        argv += ["--", str(path)]
+        deadline = 30 + size / (_GREP_MB_PER_S * 1e6)
+        env = {**os.environ, "LC_ALL": "C"}
+        try:
+            proc = subprocess.run(argv, capture_output=True, timeout=deadline, env=env, check=False)
+        except subprocess.TimeoutExpired:
+            raise AttributionError(f"{ctx.source}: grep took over {deadline:.0f} s") from None
+        if proc.returncode not in (0, 1):
+            log.warning("grep failed on %s (%s); scanning it in Python", path, proc.stderr[-200:])
+            return self._scan_chunks(path, ctx)
+        hits = []
+        for out in proc.stdout.splitlines():
+            num, _, raw = out.partition(b":")
+            hit = classify_line(raw.decode("utf-8", "replace"), int(num), ctx, self.catalog)
+            if hit is not None:
+                hits.append(hit)
+        return hits

@@ -1,0 +1,277 @@
+"""The signature catalog: known failure lines as data (category, role, pattern, what to extract).
+
+Each `Signature` matches one log line. Named groups in `pattern` are extracted: `rank`, `node` and `gpu`
+localise the hit; every other group lands in `Hit.fields` and may be used in `summary`. `anchors` are
+literal strings, one of which every matching line contains: fast engines look for them first, and a
+unit test checks them against each signature's `examples`.
+
+Order matters: a line is classified by the first signature (in this order) that matches it, so the
+specific shapes come before the general ones (a `found NaN` assertion before any exception).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from nvrx_hpc.attribution.api import Category, Role
+
+__all__ = ["Signature", "CATALOG", "catalog_by_id", "XID_HARDWARE", "XID_APPLICATION"]
+
+# Xids that mean the GPU (or its link) is bad, and those that are usually the application's doing.
+XID_HARDWARE = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 121, 140, 154)
+XID_APPLICATION = (13, 31, 43, 45)
+
+_G, _N, _H, _S = Category.GPU_HARDWARE, Category.NETWORK, Category.HOST, Category.SCHEDULER
+_A, _M, _F, _D = Category.APPLICATION, Category.NUMERICAL, Category.FRAMEWORK_CRASH, Category.DISTRIBUTED_HANG
+_ROOT, _WEAK, _CASC, _CTX = Role.ROOT, Role.WEAK, Role.CASCADE, Role.CONTEXT
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    category: Category
+    role: Role
+    pattern: str
+    anchors: tuple[str, ...]
+    restartable: bool | None
+    summary: str
+    examples: tuple[str, ...] = ()
+
+    def compiled(self) -> re.Pattern[str]:
+        return _compile(self.pattern)
+
+
+_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    if pattern not in _CACHE:
+        _CACHE[pattern] = re.compile(pattern)
+    return _CACHE[pattern]
+
+
+def _xids(codes: tuple[int, ...]) -> str:
+    return "|".join(str(c) for c in sorted(codes, reverse=True))
+
+
+_XID_HEAD = r"NVRM: Xid \((?:PCI:)?(?P<gpu>[0-9A-Fa-f:.]+)\): "
+_SLURM_CANCEL = r"\*\*\* (?:JOB|STEP) (?P<job>[\d.]+(?:\.\w+)?) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
+
+CATALOG: tuple[Signature, ...] = (
+    # ---- GPU hardware -------------------------------------------------------------------------
+    Signature(
+        "xid_hardware", _G, _ROOT, _XID_HEAD + rf"(?P<xid>{_xids(XID_HARDWARE)})\b(?P<rest>.*)",
+        ("Xid",), True, "Xid {xid} (GPU hardware) on GPU {gpu}",
+        ("[ 123.456] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",),
+    ),
+    Signature(
+        "ecc_uncorrectable", _G, _ROOT,
+        r"(?:uncorrectable ECC error|double[- ]bit ECC|ECC error encountered|Uncorrectable ECC|DBE error)",
+        ("ECC", "DBE"), True, "uncorrectable ECC error",
+        ("RuntimeError: CUDA error: uncorrectable ECC error encountered",),
+    ),
+    Signature(
+        "gpu_lost", _G, _ROOT,
+        r"(?:fallen off the bus|GPU is lost|Unable to determine the device handle for GPU|"
+        r"CUDA driver error: unknown error|no CUDA-capable device is detected)",
+        ("fallen off", "GPU is lost", "device handle", "CUDA driver error", "CUDA-capable"), True,
+        "GPU lost or unreachable", ("Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost.",),
+    ),
+    Signature(
+        "nvlink_error", _G, _ROOT, r"NVLink[^\n]{0,60}?(?:error|down|fatal|uncorrectable|recovery failed)",
+        ("NVLink",), True, "NVLink error", ("NVLink: fatal error detected on link 3",),
+    ),
+    # ---- network --------------------------------------------------------------------------------
+    Signature(
+        "nccl_ib_completion", _N, _ROOT,
+        r"NET/IB ?: Got completion from peer (?P<peer>\S+) with (?:error |status=)(?P<status>\d+)",
+        ("NET/IB",), True, "InfiniBand completion error (status {status}) talking to {peer}",
+        ("n3:812:930 [2] NCCL INFO NET/IB : Got completion from peer 10.0.0.7<40213> with status=12 opcode=0 "
+         "len=0 vendor err 129 (Recv)",),
+    ),
+    Signature(
+        "nccl_net_failure", _N, _ROOT,
+        r"(?:NET/(?:Socket|IB|OFI)|Net )[^\n]{0,80}?(?:Connection reset by peer|Broken pipe|completed with error|"
+        r"Connection refused|No route to host)",
+        ("Connection reset by peer", "Broken pipe", "completed with error", "Connection refused", "No route to host"),
+        True, "network failure in NCCL transport",
+        ("n2:77:90 [0] NCCL WARN Net : Call to recv from 10.0.0.5<5521> failed : Connection reset by peer",),
+    ),
+    Signature(
+        "nccl_remote_error", _N, _WEAK,
+        r"(?:remote process exited or there was a network error|ncclRemoteError)",
+        ("remote process exited", "ncclRemoteError"), True, "NCCL peer exited or network error",
+        ("ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",),
+    ),
+    Signature(
+        "gloo_peer_closed", _N, _CASC,
+        r"gloo[^\n]*(?:Connection closed by peer|Connection reset by peer|Read error|Broken pipe)",
+        ("gloo",), True, "gloo peer connection lost",
+        ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+         "[127.0.0.1]:5120",),
+    ),
+    Signature(
+        "store_failure", _N, _WEAK,
+        r"(?:RendezvousTimeoutError|RendezvousClosedError|DistStoreError|TCPStore[^\n]*(?:Connection reset|"
+        r"Broken pipe|timed out|Timed out))",
+        ("Rendezvous", "DistStoreError", "TCPStore"), True, "rendezvous / TCPStore failure",
+        ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 3/4 clients joined.",),
+    ),
+    # ---- host -----------------------------------------------------------------------------------
+    Signature(
+        "linux_oom_kill", _H, _ROOT,
+        r"(?:Memory cgroup out of memory|Out of memory): Killed process (?P<pid>\d+) \((?P<proc>[^)]*)\)",
+        ("Killed process",), False, "Linux OOM killer killed {proc} (pid {pid})",
+        ("Out of memory: Killed process 4242 (python) total-vm:9000kB, anon-rss:8000kB",),
+    ),
+    Signature(
+        "slurm_oom_kill", _H, _ROOT,
+        r"(?:Detected (?P<count>\d+) oom[-_]kill event|Some of the step tasks have been OOM Killed|"
+        r"srun: error: (?P<node>[\w.-]+): tasks? (?P<tasks>[\d,-]+): Out Of Memory)",
+        ("oom_kill", "oom-kill", "OOM Killed", "Out Of Memory"), False, "Slurm's cgroup OOM killer ended tasks",
+        ("slurmstepd: error: Detected 1 oom_kill event in StepId=11.0. Some of the step tasks have been OOM Killed.",),
+    ),
+    Signature(
+        "node_failure", _H, _ROOT,
+        rf"(?:{_SLURM_CANCEL} DUE TO NODE FAILURE|srun: error: Node failure on (?P<failed>[\w.-]+))",
+        ("NODE FAILURE", "Node failure"), True, "Slurm reported a node failure",
+        ("srun: error: Node failure on n3",),
+    ),
+    Signature(
+        "disk_full", _H, _ROOT, r"(?:No space left on device|Disk quota exceeded)",
+        ("No space left", "quota exceeded"), False, "disk full or quota exceeded",
+        ("OSError: [Errno 28] No space left on device: '/ckpt/step-100'",),
+    ),
+    # ---- scheduler ------------------------------------------------------------------------------
+    Signature(
+        "slurm_time_limit", _S, _ROOT, rf"{_SLURM_CANCEL} DUE TO TIME LIMIT", ("TIME LIMIT",), True,
+        "job hit its Slurm time limit",
+        ("slurmstepd: error: *** JOB 494583 ON n1 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***",),
+    ),
+    Signature(
+        "slurm_preempted", _S, _ROOT, rf"{_SLURM_CANCEL} DUE TO PREEMPTION", ("PREEMPTION",), True,
+        "job was preempted",
+        ("slurmstepd: error: *** JOB 77 ON n2 CANCELLED AT 2024-04-20T09:09:37 DUE TO PREEMPTION ***",),
+    ),
+    Signature(
+        "slurm_cancelled", _S, _ROOT, rf"{_SLURM_CANCEL}(?: DUE TO (?P<why>[A-Za-z_ ]+?))? \*\*\*",
+        ("CANCELLED AT",), False, "job was cancelled",
+        ("slurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2024-04-20T09:09:37 ***",),
+    ),
+    # ---- numerical (before any exception: the assertion that carries it is not the point) ---------
+    Signature(
+        "nan_loss", _M, _ROOT,
+        r"(?:(?:loss|grad[ _]norm|Loss)[^\n|]{0,24}?(?:: |=)(?:nan|-?inf)\b|Loss is (?:NaN|nan|Inf|inf)|"
+        r"found NaN in|Unexpected result nan|non-finite (?:loss|gradient|value))",
+        (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite"),
+        False, "loss or gradients became NaN/Inf",
+        (" iteration 120/1000 | lm loss: nan | grad norm: nan |",
+         "AssertionError: Rank 13: found NaN in local grad norm in backward pass. Device: 5, node: node-15-11"),
+    ),
+    # ---- application ----------------------------------------------------------------------------
+    Signature(
+        "cuda_oom", _A, _ROOT,
+        r"(?:CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED)(?:[^\n]*?GPU (?P<gpu>\d+) has)?",
+        ("out of memory", "OutOfMemoryError", "ALLOC_FAILED"), False, "CUDA out of memory",
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity",),
+    ),
+    Signature(
+        "cuda_app_error", _A, _ROOT,
+        r"CUDA error: (?P<what>device-side assert triggered|an illegal memory access was encountered|"
+        r"misaligned address|invalid device ordinal|invalid argument)",
+        ("CUDA error",), False, "CUDA error: {what}",
+        ("RuntimeError: CUDA error: an illegal memory access was encountered",),
+    ),
+    Signature(
+        "xid_application", _A, _CTX, _XID_HEAD + rf"(?P<xid>{_xids(XID_APPLICATION)})\b",
+        ("Xid",), False, "Xid {xid} (usually the application)",
+        ("NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception",),
+    ),
+    # ---- framework crash --------------------------------------------------------------------------
+    Signature(
+        "segfault", _F, _ROOT,
+        r"(?:Segmentation fault|segfault at [0-9a-f]+|Fatal Python error: (?P<what>[A-Za-z ]+)|"
+        r"Illegal instruction|Bus error|SIGSEGV|SIGBUS|SIGILL)",
+        ("Segmentation fault", "segfault", "Fatal Python error", "Illegal instruction", "Bus error",
+         "SIGSEGV", "SIGBUS", "SIGILL"),
+        True, "process crashed (segfault, bus error or illegal instruction)",
+        ("Fatal Python error: Segmentation fault",),
+    ),
+    Signature(
+        "nccl_internal", _F, _WEAK,
+        r"(?:NCCL error[^\n]*(?:internal error|unhandled cuda error|invalid usage)|ncclInternalError|"
+        r"NCCL WARN Cuda failure)",
+        ("NCCL error", "ncclInternalError", "NCCL WARN"), True, "NCCL internal error",
+        ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, internal error",),
+    ),
+    Signature(
+        "nccl_system_error", _N, _WEAK, r"unhandled system error", ("unhandled system error",), True,
+        "NCCL unhandled system error",
+        ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",),
+    ),
+    # ---- distributed hang -------------------------------------------------------------------------
+    Signature(
+        "watchdog_timeout", _D, _WEAK,
+        r"Watchdog caught collective operation timeout: Work\w*\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)",
+        ("Watchdog caught",), True, "collective {op} (seq {seq}) timed out",
+        ("[rank4]:[E1016 03:31:38.928 ProcessGroupNCCL.cpp:607] [Rank 4] Watchdog caught collective operation "
+         "timeout: WorkNCCL(SeqNum=9141, OpType=_ALLGATHER_BASE, NumelIn=19008, NumelOut=152064, "
+         "Timeout(ms)=600000) ran for 600071 milliseconds before timing out.",),
+    ),
+    Signature(
+        "collective_timeout", _D, _WEAK,
+        r"(?:Timed out waiting [^\n]*for (?:the )?(?:collective|barrier|all_?reduce)|"
+        r"(?:collective|barrier) operation timed out|ProcessGroupGloo[^\n]*[Tt]imed out)",
+        ("Timed out", "timed out"), True, "a collective timed out",
+        ("RuntimeError: ProcessGroupGloo::allreduce: Timed out after 30000 ms",),
+    ),
+    Signature(
+        "watchdog_progress", _D, _CTX,
+        r"(?:Timeout at NCCL work|detected by watchdog at work): (?P<seq>\d+), last enqueued NCCL work: "
+        r"(?P<enqueued>-?\d+), last completed NCCL work: (?P<completed>-?\d+)",
+        ("NCCL work",), True, "watchdog progress: work {seq}, enqueued {enqueued}, completed {completed}",
+        ("[PG 3 Rank 4] Timeout at NCCL work: 9141, last enqueued NCCL work: 9141, last completed NCCL work: 9140.",),
+    ),
+    Signature(
+        "heartbeat_stuck", _D, _CASC, r"(?:Heartbeat monitor timed out|watchdog got stuck)",
+        ("Heartbeat monitor", "watchdog got stuck"), True, "NCCL heartbeat monitor fired",
+        ("[rank1]:[F1016 03:40:01] Heartbeat monitor timed out! Process will be terminated after dumping debug info.",),
+    ),
+    # ---- teardown and context -------------------------------------------------------------------
+    Signature(
+        "cxx_terminate", _F, _CASC, r"terminate called after throwing an instance of '(?P<type>[^']+)'",
+        ("terminate called",), True, "C++ terminate ({type})",
+        ("terminate called after throwing an instance of 'c10::DistBackendError'",),
+    ),
+    Signature(
+        "elastic_child_failed", _F, _CASC,
+        r"(?:ChildFailedError|failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local_rank>\d+))",
+        ("ChildFailedError", "exitcode:"), True, "torchrun saw a worker fail",
+        ("torch.distributed.elastic.multiprocessing.api:[ERROR] failed (exitcode: -6) local_rank: 3 (pid: 1237)",),
+    ),
+    Signature(
+        "srun_task_exit", _S, _CASC,
+        r"srun: error: (?P<node>[\w.-]+): tasks? (?P<tasks>[\d,-]+): (?P<what>Exited with exit code (?P<code>\d+)|"
+        r"Killed|Terminated|Segmentation fault|Aborted|Bus error)",
+        ("srun: error",), True, "srun: task(s) {tasks} on {node}: {what}",
+        ("srun: error: n3: task 3: Exited with exit code 1",),
+    ),
+    Signature(
+        "python_exception", _A, _ROOT,
+        r"^(?:\[rank\d+\]: ?)?(?P<exc>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)): (?P<msg>.*)",
+        ("Error: ", "Exception: ", "Interrupt: "), False, "{exc}: {msg}",
+        ("ValueError: shape mismatch: expected [4, 8], got [4, 9]",),
+    ),
+    Signature(
+        "traceback_start", _A, _CTX, r"Traceback \(most recent call last\):", ("Traceback",), None,
+        "Python traceback", ("Traceback (most recent call last):",),
+    ),
+)
+
+# Exceptions that are the visible end of a failure elsewhere, not a cause of their own.
+CASCADE_EXCEPTIONS = ("DistBackendError", "ChildFailedError", "KeyboardInterrupt", "DistNetworkError", "SystemExit")
+
+
+def catalog_by_id() -> dict[str, Signature]:
+    return {sig.id: sig for sig in CATALOG}

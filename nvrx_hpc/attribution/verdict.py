@@ -1,0 +1,294 @@
+"""The verdict: one decision from every source (log hits, failure records, launcher events, health
+snapshots, flight recorder, Slurm's job state). A pure function of its inputs; no I/O.
+
+Rule of thumb, in order: the strongest kind of cause present wins (a root signature over a weak one,
+such as a watchdog timeout, over cascade lines); among those, the earliest; GPU hardware evidence on
+the same node explains an application or framework error there; everything after the root on other
+ranks is cascade.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from nvrx_hpc.attribution.api import (
+    Action,
+    Cascade,
+    Category,
+    Culprit,
+    Evidence,
+    Hit,
+    Role,
+    TimelineEvent,
+    Verdict,
+)
+from nvrx_hpc.attribution.fr_analysis import FRReport
+from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
+
+__all__ = ["Findings", "decide", "DEFAULT_RESTARTABLE"]
+
+_STRENGTH = {Role.ROOT: 3, Role.WEAK: 2, Role.CASCADE: 1, Role.CONTEXT: 0}
+_BASE_CONFIDENCE = {3: 0.75, 2: 0.5, 1: 0.3, 0: 0.2}
+DEFAULT_RESTARTABLE = {
+    Category.GPU_HARDWARE: True, Category.NETWORK: True, Category.HOST: True, Category.SCHEDULER: True,
+    Category.APPLICATION: False, Category.NUMERICAL: False, Category.FRAMEWORK_CRASH: True,
+    Category.DISTRIBUTED_HANG: True, Category.UNKNOWN: True,
+}  # fmt: skip
+_SLURM_STATES = {  # job state -> (category, strength, restartable, text)
+    "TIMEOUT": (Category.SCHEDULER, 3, True, "Slurm ended the job at its time limit"),
+    "PREEMPTED": (Category.SCHEDULER, 3, True, "Slurm preempted the job"),
+    "DEADLINE": (Category.SCHEDULER, 3, False, "the job passed its deadline"),
+    "NODE_FAIL": (Category.HOST, 3, True, "Slurm reported a node failure"),
+    "BOOT_FAIL": (Category.HOST, 3, True, "a node failed to boot"),
+    "OUT_OF_MEMORY": (Category.HOST, 3, False, "Slurm's OOM killer ended the job"),
+    "CANCELLED": (Category.SCHEDULER, 2, False, "the job was cancelled"),
+}
+_SIGNAL_CAUSE = {  # signal -> (category, strength, text)
+    "SIGSEGV": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGSEGV"),
+    "SIGBUS": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGBUS"),
+    "SIGILL": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGILL"),
+    "SIGKILL": (Category.HOST, 2, "was killed with SIGKILL (OOM killer or an outside kill)"),
+    "SIGABRT": (Category.FRAMEWORK_CRASH, 1, "aborted (SIGABRT)"),
+}
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Everything the verdict is decided from. `job_state` is Slurm's final state, if known."""
+
+    hits: Sequence[Hit] = ()
+    records: Sequence[FailureRecord] = ()
+    events: Sequence[Event] = ()
+    health: Sequence[HealthProblem] = ()
+    fr: FRReport | None = None
+    job_state: str | None = None
+    job_nodes: Sequence[str] = ()
+
+
+@dataclass
+class _Cause:
+    kind: str  # log, record, event, health, fr, slurm
+    signature: str
+    category: Category
+    strength: int
+    summary: str
+    evidence: Evidence
+    time: float | None = None
+    ranks: tuple[int, ...] = ()
+    nodes: tuple[str, ...] = ()
+    gpus: tuple[str, ...] = ()
+    restartable: bool | None = None
+    order: tuple[int, int] = (1 << 30, 0)
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        self.key = self.key or self.signature
+
+
+def _health_category(check: str) -> Category:
+    name = check.lower()
+    if any(w in name for w in ("gpu", "xid", "ecc", "nvlink", "nvml", "dcgm", "remap")):
+        return Category.GPU_HARDWARE
+    if any(w in name for w in ("nic", "ib", "net", "link", "fabric")):
+        return Category.NETWORK
+    return Category.HOST
+
+
+def _rank_nodes(f: Findings) -> dict[int, str]:
+    nodes: dict[int, str] = {}
+    for item in (*f.records, *f.events, *f.hits):
+        if item.rank is not None and item.node and item.rank not in nodes:
+            nodes[item.rank] = item.node
+    return nodes
+
+
+def _causes(f: Findings, record_time: dict[int, float]) -> list[_Cause]:
+    out: list[_Cause] = []
+    for h in f.hits:
+        when = h.time if h.time is not None else record_time.get(h.rank) if h.rank is not None else None
+        gpu = f"{h.node}:{h.gpu}" if h.node and h.gpu else h.gpu
+        out.append(_Cause(
+            "log", h.signature, h.category, _STRENGTH[h.role], h.summary,
+            Evidence(h.source, h.text, line=h.line), when, (h.rank,) if h.rank is not None else (),
+            (h.node,) if h.node else (), (gpu,) if gpu else (), h.restartable, h.order,
+            f"{h.signature}:{h.fields.get('exc', '')}",
+        ))  # fmt: skip
+    for r in f.records:
+        sig = _SIGNAL_CAUSE.get(r.signal or "")
+        if sig is None and not r.exit_code:
+            continue
+        cat, strength, what = sig or (Category.APPLICATION, 2, f"exited with code {r.exit_code}")
+        text = f"rank {r.rank} on {r.node or '?'} {what}" + (f" in section {r.section}" if r.section else "")
+        out.append(_Cause(
+            "record", f"record.{r.signal or 'exit'}", cat, strength, text, Evidence(r.source, text, entry="record"),
+            r.time, (r.rank,) if r.rank is not None else (), (r.node,) if r.node else (),
+        ))  # fmt: skip
+    for e in f.events:
+        if e.kind.endswith("rank.hung"):
+            text = f"launcher: rank {e.rank} on {e.node or '?'} hung" + (f" ({e.detail})" if e.detail else "")
+            out.append(_Cause(
+                "event", "launcher.rank.hung", Category.DISTRIBUTED_HANG, 2, text,
+                Evidence("events.jsonl", text, line=e.line), e.time,
+                (e.rank,) if e.rank is not None else (), (e.node,) if e.node else (),
+            ))  # fmt: skip
+    for p in f.health:
+        text = f"health check {p.check} failed on {p.node}" + (f": {p.detail}" if p.detail else "")
+        out.append(_Cause(
+            "health", f"health.{p.check}", _health_category(p.check), 3, text,
+            Evidence(p.source, text, entry=p.check), p.time, (), (p.node,),
+            (f"{p.node}:{p.gpu}",) if p.gpu else (),
+        ))  # fmt: skip
+    if f.fr is not None and f.fr.culprits:
+        named = [g for g in f.fr.findings if set(g.never_joined) & set(f.fr.culprits)] or list(f.fr.findings)
+        head = named[0] if named else None
+        text = f"flight recorder: ranks {list(f.fr.culprits)} hung; " + "; ".join(g.text() for g in named[:3])
+        when = head.first_created_ns / 1e9 if head and head.first_created_ns else None
+        out.append(_Cause(
+            "fr", "flight_recorder", Category.DISTRIBUTED_HANG, 2, text, Evidence("fr", text, entry="fr"),
+            when, f.fr.culprits,
+        ))  # fmt: skip
+    if f.job_state in _SLURM_STATES:
+        cat, strength, ok, text = _SLURM_STATES[f.job_state]
+        out.append(_Cause(
+            "slurm", f"slurm.{f.job_state.lower()}", cat, strength, text,
+            Evidence("slurm", f"job state {f.job_state}", entry="JobState"), restartable=ok,
+            nodes=tuple(f.job_nodes) if cat is Category.HOST and len(f.job_nodes) == 1 else (),
+        ))  # fmt: skip
+    return out
+
+
+def _key(c: _Cause) -> tuple:
+    return (c.time is None, c.time or 0.0, c.order)
+
+
+def _pick_root(causes: list[_Cause], rank_nodes: dict[int, str]) -> tuple[_Cause | None, tuple[int, ...]]:
+    """The root cause, and the ranks it hit when the cause itself names none (a GPU that failed under
+    an application error on the same node explains that error: its ranks are the culprits)."""
+    usable = [c for c in causes if c.strength >= 1]
+    if not usable:
+        return None, ()
+    best = max(c.strength for c in usable)
+    root = min((c for c in usable if c.strength == best), key=_key)
+    if root.category in (Category.APPLICATION, Category.FRAMEWORK_CRASH):
+        nodes = set(root.nodes) | {rank_nodes[r] for r in root.ranks if r in rank_nodes}
+        for c in sorted(causes, key=_key):
+            if c.category is Category.GPU_HARDWARE and c.strength == 3 and (set(c.nodes) & nodes or
+                                                                            set(c.ranks) & set(root.ranks)):
+                return c, root.ranks
+    return root, ()
+
+
+def _fmt_time(t: float | None) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t is not None else "an unknown time"
+
+
+def _where(ranks: Sequence[int], nodes: Sequence[str], gpus: Sequence[str]) -> str:
+    parts = []
+    if nodes:
+        parts.append("node " + ", ".join(nodes[:8]) + (" ..." if len(nodes) > 8 else ""))
+    if ranks:
+        parts.append("rank " + ", ".join(str(r) for r in ranks[:8]) + (" ..." if len(ranks) > 8 else ""))
+    if gpus:
+        parts.append("GPU " + ", ".join(gpus[:4]))
+    return "; ".join(parts) or "no single place"
+
+
+def decide(f: Findings) -> Verdict:
+    """The verdict over `f` (see the module docstring for the rules)."""
+    record_time = {r.rank: r.time for r in f.records if r.rank is not None and r.time is not None}
+    rank_nodes = _rank_nodes(f)
+    causes = _causes(f, record_time)
+    root, hit_ranks = _pick_root(causes, rank_nodes)
+    timeline = _timeline(f, rank_nodes)
+    if root is None:
+        return Verdict(
+            category=Category.UNKNOWN,
+            root_cause="no known failure signature, failure record or launcher event was found",
+            culprit=Culprit(),
+            restartable=True,
+            confidence=0.1,
+            timeline=timeline,
+            action=Action.RETRY,
+        )
+    co = [c for c in causes if c.key == root.key and c.strength == root.strength]
+    ranks = sorted({r for c in co for r in c.ranks} | set(hit_ranks))
+    if root.category is Category.DISTRIBUTED_HANG:
+        # Watchdog lines come from the victims; the flight recorder and hang events name the cause.
+        hung = [c for c in causes if c.kind in ("fr", "event") and c.category is Category.DISTRIBUTED_HANG]
+        if hung:
+            root = min(hung, key=lambda c: (c.kind != "fr", _key(c)))
+            co = hung
+            ranks = sorted({r for c in hung for r in c.ranks})
+    nodes = sorted({n for c in co for n in c.nodes} | {rank_nodes[r] for r in ranks if r in rank_nodes})
+    gpus = sorted({g for c in co for g in c.gpus})
+    if root.category is Category.SCHEDULER:  # a time limit or a cancel is the job's, not a node's
+        nodes, ranks, gpus = [], [], []
+    restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[root.category]
+    corroborated = any(
+        c.kind != root.kind and (set(c.ranks) & set(ranks) or set(c.nodes) & set(nodes)) for c in causes
+    ) or (root.kind != "log" and any(c.kind == "log" and c.category is root.category for c in causes))
+    rivals = {c.category for c in causes if c.strength == root.strength and c.category is not root.category}
+    confidence = _BASE_CONFIDENCE[root.strength] + (0.1 if corroborated else 0) + (0.05 if nodes or ranks else 0)
+    confidence -= 0.1 if rivals and root.strength < 3 else 0
+    unhealthy = {p.node for p in f.health}
+    if not restartable:
+        action, exclude = Action.STOP, ()
+    elif nodes and (root.category.infra or set(nodes) & unhealthy):
+        action, exclude = Action.EXCLUDE_AND_RETRY, tuple(nodes)
+    else:
+        action, exclude = Action.RETRY, ()
+    rest = [c for c in causes if c not in co and c.kind == "log" and c.signature != "traceback_start"]
+    cascade = _cascade(rest)
+    text = f"{root.summary} ({_where(ranks, nodes, gpus)}) at {_fmt_time(root.time)}"
+    if cascade:
+        total = sum(c.count for c in cascade)
+        text += f"; {total} later line(s) on {len({r for c in cascade for r in c.ranks})} rank(s) are its cascade"
+    evidence = [c.evidence for c in sorted(co, key=_key)[:6]]
+    evidence += [c.evidence for c in causes if c.kind != "log" and c not in co][:8]
+    evidence += [Evidence(c.source, c.first, line=c.line, entry=c.signature, role="cascade") for c in cascade[:8]]
+    return Verdict(
+        category=root.category,
+        root_cause=text,
+        culprit=Culprit(nodes=tuple(nodes), ranks=tuple(ranks), gpus=tuple(gpus)),
+        restartable=restartable,
+        confidence=max(0.05, min(0.99, confidence)),
+        evidence=tuple(evidence),
+        timeline=timeline,
+        cascade=tuple(cascade),
+        action=action,
+        exclude_nodes=exclude,
+        signature=root.signature,
+    )
+
+
+def _cascade(causes: list[_Cause]) -> list[Cascade]:
+    groups: dict[str, list[_Cause]] = defaultdict(list)
+    for c in sorted(causes, key=_key):
+        groups[c.signature].append(c)
+    out = [
+        Cascade(sig, len(cs), tuple(sorted({r for c in cs for r in c.ranks})),
+                tuple(sorted({n for c in cs for n in c.nodes})), cs[0].evidence.text, cs[0].evidence.source,
+                cs[0].evidence.line)
+        for sig, cs in groups.items()
+    ]  # fmt: skip
+    return sorted(out, key=lambda c: -c.count)
+
+
+def _timeline(f: Findings, rank_nodes: dict[int, str], limit: int = 2000) -> tuple[TimelineEvent, ...]:
+    def node(n: str | None, r: int | None) -> str | None:
+        return n or (rank_nodes.get(r) if r is not None else None)
+
+    items = [TimelineEvent(e.time, e.kind, node(e.node, e.rank), e.rank, e.detail[:200]) for e in f.events]
+    for r in f.records:
+        what = r.signal or (f"exit {r.exit_code}" if r.exit_code is not None else "failed")
+        items.append(TimelineEvent(r.time, "record.failed", r.node, r.rank, what))
+    for p in f.health:
+        items.append(TimelineEvent(p.time, "health.failed", p.node, None, f"{p.check}: {p.detail}"[:200]))
+    for h in f.hits:
+        if h.time is not None and _STRENGTH[h.role] >= 2:
+            items.append(TimelineEvent(h.time, f"log.{h.signature}", node(h.node, h.rank), h.rank, h.summary[:200]))
+    items.sort(key=lambda t: (t.time is None, t.time or 0.0))
+    return tuple(items[:limit])

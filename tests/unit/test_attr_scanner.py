@@ -1,0 +1,141 @@
+"""The signature catalog and the log scanner: every signature finds its own examples, every engine
+finds the same hits, ranks/nodes/GPUs/times are pulled out of the line shapes jobs really print."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from nvrx_hpc.attribution.api import Category, Role
+from nvrx_hpc.attribution.lines import LineContext, classify_line, parse_time, split_prefix
+from nvrx_hpc.attribution.scanner import Scanner, available_engines, prefilter_anchors
+from nvrx_hpc.attribution.signatures import CATALOG, catalog_by_id
+from nvrx_hpc.attribution.synthetic import FAILURE_LINES, write_log
+from nvrx_hpc.core.errors import AttributionError
+
+
+def ctx(source: str = "log", **kw) -> LineContext:
+    return LineContext(source, **kw)
+
+
+@pytest.mark.parametrize("sig", CATALOG, ids=lambda s: s.id)
+def test_each_signature_classifies_its_examples_and_has_an_anchor_in_them(sig):
+    assert sig.examples, f"{sig.id} has no example line"
+    for line in sig.examples:
+        hit = classify_line(line, 1, ctx())
+        assert hit is not None and hit.signature == sig.id, (line, hit)
+        assert any(a in line for a in sig.anchors), f"no anchor of {sig.id} in {line!r}"
+
+
+def test_catalog_covers_every_category_but_unknown():
+    covered = {sig.category for sig in CATALOG}
+    assert covered == set(Category) - {Category.UNKNOWN}
+    assert len({s.id for s in CATALOG}) == len(CATALOG)
+
+
+def test_prefilter_keeps_an_anchor_for_every_signature():
+    kept = prefilter_anchors()
+    for sig in CATALOG:
+        for anchor in sig.anchors:
+            assert any(k in anchor for k in kept), anchor
+
+
+@pytest.mark.parametrize(
+    ("line", "rank", "node", "gpu", "signature"),
+    [
+        ("12: [rank12]: ValueError: bad batch", 12, None, None, "python_exception"),
+        ("[rank3]:[E1016 03:31:38.928 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective operation "
+         "timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600071 ms", 3, None, None,
+         "watchdog_timeout"),
+        ("n7:812:930 [2] NCCL WARN NET/IB : Got completion from peer 10.0.0.7<40213> with status=12 opcode=0", None,
+         "n7", "2", "nccl_ib_completion"),
+        ("AssertionError: Rank 13: found NaN in local grad norm. Device: 5, node: node-15-11", 13, "node-15-11", "5",
+         "nan_loss"),
+        ("srun: error: n3: task 6: Exited with exit code 1", 6, "n3", None, "srun_task_exit"),
+        ("srun: error: Node failure on n4", None, "n4", None, "node_failure"),
+        ("[ 12.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.", None, None, "0000:3b:00",
+         "xid_hardware"),
+        ("NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception", None, None, "0000:3b:00", "xid_application"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB. GPU 3 has a total capacity", None,
+         None, "3", "cuda_oom"),
+    ],
+)
+def test_localisation(line, rank, node, gpu, signature):
+    hit = classify_line(line, 7, ctx())
+    assert (hit.signature, hit.rank, hit.node, hit.gpu, hit.line) == (signature, rank, node, gpu, 7)
+
+
+def test_cascade_exceptions_and_healthy_lines():
+    hit = classify_line("3: torch.distributed.DistBackendError: something broke", 1, ctx())
+    assert hit.signature == "python_exception" and hit.role is Role.CASCADE
+    assert classify_line(" iteration 5 | lm loss: 2.1E+00 | number of nan iterations: 0 |", 1, ctx()) is None
+    assert classify_line("n1:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB", 1, ctx()) is None
+    assert classify_line("Killed", 1, ctx()) is None  # a bare Killed is not evidence of the OOM killer
+
+
+def test_prefixes_and_times():
+    assert split_prefix("17: [rank17]: hello") == (17, "hello")
+    assert split_prefix("plain") == (None, "plain")
+    assert parse_time("x 2024-04-20T09:09:37.5 y") == datetime(2024, 4, 20, 9, 9, 37).timestamp() + 0.5
+    assert parse_time("[E1016 03:31:38.928 Foo]", 2024) == pytest.approx(
+        datetime(2024, 10, 16, 3, 31, 38).timestamp() + 0.928
+    )
+    assert parse_time("2024-13-45 99:99:99") is None
+    assert parse_time("no time here") is None
+
+
+def test_file_context_gives_rank_when_the_line_has_none(tmp_path):
+    log = tmp_path / "rank-9.log"
+    log.write_text("hello\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
+    hits = Scanner(engine="python").scan_file(log, ctx("rank-9.log", rank=9, node="n2"))
+    assert [(h.signature, h.rank, h.node, h.line) for h in hits] == [("cuda_app_error", 9, "n2", 2)]
+
+
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("scan") / "job.log"
+    write_log(path, 3, seed=3, error_rate=0.002)
+    return path
+
+
+@pytest.mark.parametrize("engine", available_engines())
+def test_every_engine_finds_the_same_hits_as_python(engine, big_log):
+    want = Scanner(engine="python", chunk_size=256 * 1024).scan_file(big_log, ctx())
+    got = Scanner(engine=engine).scan_file(big_log, ctx())
+    assert len(want) > 10
+    assert [(h.line, h.signature, h.rank) for h in got] == [(h.line, h.signature, h.rank) for h in want]
+    families = {classify_line(line.format(r=1, n=1, it=1), 1, ctx()).signature for line in FAILURE_LINES}
+    assert families <= {h.signature for h in want}
+
+
+def test_line_numbers_agree_with_a_plain_count(big_log):
+    hits = Scanner(engine="python", chunk_size=100_000).scan_file(big_log, ctx())
+    lines = big_log.read_text().splitlines()
+    for h in hits[:50]:
+        assert lines[h.line - 1].strip()[:100] == h.text[:100]
+
+
+def test_unreadable_inputs_are_clear_errors(tmp_path):
+    scanner = Scanner(engine="python")
+    with pytest.raises(AttributionError, match="missing"):
+        scanner.scan_file(tmp_path / "absent.log", ctx("absent.log"))
+    with pytest.raises(AttributionError, match="not a regular file"):
+        scanner.scan_file(tmp_path, ctx("dir"))
+    garbage = tmp_path / "garbage.log"
+    garbage.write_bytes(os.urandom(200_000) + b"\nSegmentation fault\n")
+    assert [h.signature for h in scanner.scan_file(garbage, ctx())][-1] == "segfault"
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked.log"
+        locked.write_text("x")
+        locked.chmod(0)
+        with pytest.raises(AttributionError, match="cannot read"):
+            scanner.scan_file(locked, ctx())
+
+
+def test_unknown_or_missing_engine_is_refused():
+    with pytest.raises(AttributionError, match="unknown scan engine"):
+        Scanner(engine="turbo")
+    assert catalog_by_id()["xid_hardware"].category is Category.GPU_HARDWARE
