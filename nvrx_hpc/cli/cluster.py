@@ -151,3 +151,45 @@ def env(state_dir: Path | None = _STATE_DIR, as_json: bool = _JSON) -> None:
         return
     for key, value in variables.items():
         typer.echo(f"export {key}={shlex.quote(value)}")
+
+
+# ---- simulated GPU faults (the `sim` health backend reads them; see docs/health.md) ----------------
+
+
+def _fault_nodes(state_dir: Path | None, nodes: list[str]) -> tuple[Path, list[str]]:
+    from nvrx_hpc.slurm.devcluster import Layout
+
+    cluster = DevCluster.at(_state_dir(state_dir))
+    unknown = [n for n in nodes if n not in cluster.spec.node_names]
+    if unknown:
+        names = ", ".join(cluster.spec.node_names)
+        raise ConfigError(f"no node {', '.join(unknown)} in the dev cluster; nodes are {names}")
+    return Layout(cluster.spec.state_dir).gpu_faults, nodes
+
+
+@app.command("inject-gpu-fault")
+def inject_gpu_fault(
+    node: str = typer.Argument(..., help="Virtual node, e.g. n2."),
+    faults: list[str] = typer.Argument(..., help="KEY=VALUE[@GPU], e.g. xid=79 or ecc_uncorrected=2@1."),
+    state_dir: Path | None = _STATE_DIR,
+) -> None:
+    """Inject simulated GPU faults on a node (read by health.gpu_backend = sim)."""
+    from nvrx_hpc.health.sim_faults import inject, parse_fault
+
+    parsed = [parse_fault(f) for f in faults]
+    fault_dir, _ = _fault_nodes(state_dir, [node])
+    total = inject(fault_dir, node, parsed)
+    typer.echo(f"{node}: {len(parsed)} fault(s) injected, {len(total)} in {fault_dir / (node + '.json')}")
+
+
+@app.command("clear-gpu-faults")
+def clear_gpu_faults(
+    nodes: list[str] | None = typer.Argument(None, help="Nodes to clear [default: every node]."),
+    state_dir: Path | None = _STATE_DIR,
+) -> None:
+    """Remove the simulated GPU faults of some nodes (default: all)."""
+    from nvrx_hpc.health.sim_faults import clear
+
+    fault_dir, names = _fault_nodes(state_dir, list(nodes or []))
+    cleared = clear(fault_dir, names or None)
+    typer.echo(f"cleared simulated GPU faults of: {', '.join(cleared) or 'no node had any'}")

@@ -1,8 +1,13 @@
 """`nvrx-hpc prolog` / `nvrx-hpc epilog`: what slurmd runs on each node before and after a job.
 
-For now they record the job's context (one JSON line per run); health gating and the attribution
-trigger plug in here. They fail open: whatever goes wrong inside nvrx-hpc, they exit 0, because a
-non-zero Prolog drains the node.
+Each run appends one JSON line to $NVRX_HOOK_LOG (default /var/log/nvrx-hpc/hooks.jsonl): the job's
+context (job, node, user, exit codes, the SPANK_* variables our plugin passed) and, under `health`,
+what the health gate decided (see `nvrx_hpc.health.gate`). After a failed job the Epilog also
+starts the detached attribution of the job's run directory (`nvrx_hpc.attribution.trigger`).
+
+They fail open: whatever goes wrong inside nvrx-hpc, they exit 0, because a non-zero Prolog drains
+the node. Only a completed check that judged the node fatal makes the Prolog exit non-zero (94),
+after it drained the node with an `nvrx:` reason, so that Slurm requeues the job on other nodes.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -44,25 +50,63 @@ def hook_record(kind: str, env: dict[str, str]) -> dict:
 def _append(path: Path, record: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps(record, sort_keys=True) + "\n")
+        out.write(json.dumps(record, sort_keys=True, default=str) + "\n")
 
 
-def _run_hook(kind: str) -> None:
+def _run_hook(kind: str, dry_run: bool = False) -> int:
+    """Record the run, run the health gate, return the exit code. Never raises (fail open)."""
     env = dict(os.environ)
     target = Path(env.get("NVRX_HOOK_LOG", str(DEFAULT_HOOK_LOG)))
+    code, hung, record = 0, False, {"time": time.time(), "hook": kind}
     try:
-        _append(target, hook_record(kind, env))
-    except Exception:  # fail open: a hook bug must never drain a node
-        log.exception("[job %s] %s could not record its run in %s", env.get("SLURM_JOB_ID", "?"), kind, target)
+        record = hook_record(kind, env)
+        from nvrx_hpc.health.gate import gate
+
+        outcome = gate(kind, env, dry_run=dry_run)
+        record["health"] = outcome.to_dict()
+        code = int(outcome.exit_code)
+        hung = bool(outcome.report and outcome.report.timed_out)
+        if dry_run:
+            full = {**outcome.to_dict(), "report": outcome.report.to_dict() if outcome.report else None}
+            sys.stdout.write(json.dumps(full, indent=2, default=str) + "\n")
+        elif kind == "epilog":
+            _trigger_attribution(env)
+    except Exception as exc:  # fail open: a hook bug must never drain a node
+        log.exception("[job %s] %s failed inside nvrx-hpc; exiting 0", env.get("SLURM_JOB_ID", "?"), kind)
+        record["health"] = {"action": "error", "exit_code": 0, "detail": f"{type(exc).__name__}: {exc}"}
+        code = 0
+    if not dry_run:
+        try:
+            _append(target, record)
+        except Exception:
+            log.exception("[job %s] %s could not record its run in %s", env.get("SLURM_JOB_ID", "?"), kind, target)
+    if hung:
+        # A check still hangs in a daemon thread (e.g. inside NVML): leave now, inside the budget.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
+    return code
+
+
+def _trigger_attribution(env: dict[str, str]) -> None:
+    """After a failed job, start the detached attribution of its run directory (once per job; never raises)."""
+    try:
+        from nvrx_hpc.attribution.trigger import trigger_from_epilog
+    except ImportError:
+        return
+    trigger_from_epilog(env)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def prolog() -> None:
-        """Run by slurmd before a job's first step on a node (slurm.conf: Prolog=)."""
-        _run_hook("prolog")
+    _dry = typer.Option(False, "--dry-run", help="Check and print what would happen (JSON); never drain.")
 
     @app.command()
-    def epilog() -> None:
-        """Run by slurmd when a job ends on a node (slurm.conf: Epilog=)."""
-        _run_hook("epilog")
+    def prolog(dry_run: bool = _dry) -> None:
+        """Run by slurmd before a job's first step on a node (slurm.conf: Prolog=): the health gate."""
+        raise typer.Exit(_run_hook("prolog", dry_run))
+
+    @app.command()
+    def epilog(dry_run: bool = _dry) -> None:
+        """Run by slurmd when a job ends on a node (slurm.conf: Epilog=): re-checks after a failure."""
+        raise typer.Exit(_run_hook("epilog", dry_run))

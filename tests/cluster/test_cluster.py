@@ -58,7 +58,8 @@ def test_sbatch_wait_returns_the_job_exit_code(cluster, tmp_path):
 
 
 def test_prolog_and_epilog_run_nvrx_hpc_on_each_node(cluster):
-    done = cluster.run(["srun", "-N2", "-t1", "printenv", "SLURM_JOB_ID"], timeout=60)
+    # -w: a node still COMPLETING the previous test's job (its Epilog re-checks after a failure) is waited for.
+    done = cluster.run(["srun", "-N2", "-w", "n1,n2", "-t1", "printenv", "SLURM_JOB_ID"], timeout=60)
     assert done.returncode == 0, done.stderr
     job = done.stdout.split()[0]
     hook_log = cluster.state_dir / "log" / "hooks.jsonl"

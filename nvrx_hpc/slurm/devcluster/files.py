@@ -70,6 +70,9 @@ def _hook_wrapper(kind: str, layout: Layout) -> str:
         "PYTHONPATH": str(source_root),
         "NVRX_HOOK_LOG": str(layout.log / "hooks.jsonl"),
         "NVRX_CLUSTER__STATE_DIR": str(layout.root),
+        # No GPUs here: the health gate reads simulated GPUs and the faults injected under gpu-faults/.
+        "NVRX_HEALTH__GPU_BACKEND": "sim",
+        "NVRX_AGENT__BB_DIR": str(layout.root / "bb" / "%n" / "%j"),  # the same per-node dirs as plugstack
     }
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return (

@@ -1,0 +1,84 @@
+"""Choosing the GPU backend: always explicit, never a silent fallback.
+
+The name comes from `NVRX_GPU_BACKEND` when set (a run-time switch, e.g. for one shell), else from
+the config key `health.gpu_backend` (`NVRX_HEALTH__GPU_BACKEND`, the site TOML; default `nvml`):
+
+| name | what the GPU checks read |
+|---|---|
+| `nvml` | the real GPUs through NVML; without a GPU/driver they report `skip` with "no GPU/NVML: ..." |
+| `sim`  | simulated GPUs with the faults injected for this node under `<cluster.state_dir>/gpu-faults/` |
+| `none` | nothing: every GPU check reports `skip` ("GPU checks are off") |
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NoReturn
+
+from nvrx_hpc.core.config import NvrxConfig
+from nvrx_hpc.core.errors import ConfigError
+from nvrx_hpc.health.api import GpuBackend, GpuUnavailable
+from nvrx_hpc.slurm.devcluster.layout import Layout
+
+__all__ = ["BACKEND_ENV", "GPU_BACKENDS", "NoGpuBackend", "gpu_backend_name", "open_gpu_backend", "sim_fault_dir"]
+
+BACKEND_ENV = "NVRX_GPU_BACKEND"
+GPU_BACKENDS = ("nvml", "sim", "none")
+
+
+def gpu_backend_name(config: NvrxConfig, env: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """(backend name, where it came from). Raises ConfigError for a value that is not a backend."""
+    raw = env.get(BACKEND_ENV, "").strip()
+    if raw:
+        name = raw.lower()
+        if name not in GPU_BACKENDS:
+            raise ConfigError(
+                f"{BACKEND_ENV}={raw!r} is not a GPU backend; expected one of {', '.join(GPU_BACKENDS)}",
+                hint=f"unset {BACKEND_ENV} to use health.gpu_backend from the config",
+            )
+        return name, f"environment variable {BACKEND_ENV}"
+    return config.health.gpu_backend, "config health.gpu_backend"
+
+
+def sim_fault_dir(config: NvrxConfig) -> Path:
+    """Where the simulated backend reads injected faults: the dev cluster's `gpu-faults` directory."""
+    return Layout(Path(config.cluster.state_dir)).gpu_faults
+
+
+class NoGpuBackend:
+    """`health.gpu_backend = none`: every GPU reading raises GpuUnavailable, so GPU checks report skip."""
+
+    name = "none"
+
+    def describe(self) -> str:
+        return "none (GPU checks are off)"
+
+    def _off(self, *args: object) -> NoReturn:
+        raise GpuUnavailable("GPU checks are off (health.gpu_backend = none)")
+
+    device_count = expected_count = identity = ecc = remapped_rows = retired_pages = _off
+    nvlinks = pcie = clock_event_reasons = temperature_c = processes = memory_used_mib = _off
+    recovery_action = recent_xids = _off
+
+    def xid_source(self) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def open_gpu_backend(name: str, *, node: str, config: NvrxConfig) -> GpuBackend:
+    """The backend called `name` for `node`. Opening is cheap: NVML loads on first use."""
+    if name == "nvml":
+        from nvrx_hpc.health.gpu_nvml import NvmlBackend
+
+        return NvmlBackend()
+    if name == "sim":
+        from nvrx_hpc.health.gpu_sim import SimBackend
+
+        return SimBackend(node, sim_fault_dir(config))
+    if name == "none":
+        return NoGpuBackend()
+    raise ConfigError(f"unknown GPU backend {name!r}; expected one of {', '.join(GPU_BACKENDS)}")
