@@ -20,7 +20,7 @@ cluster-test: setup spank
 	$(PYTHON) -m pytest tests/cluster $(PYTEST_ARGS)
 
 lint: setup
-	$(PYTHON) -m ruff check nvrx_hpc tests
+	$(PYTHON) -m ruff check nvrx_hpc tests benchmarks examples
 
 demo: setup spank
 	@bash scripts/demo.sh

@@ -163,6 +163,9 @@ class Agent:
             record.iteration = int(msg.get("n", 0))
             if first:  # training is (back) under way: the launcher times restarts from this
                 self._report("ag.rank", event="first_iteration", rank=rank, iteration=record.iteration)
+        elif kind == "w.bye":
+            # Finished and tearing down (torch can take seconds to exit): no longer subject to hang deadlines.
+            record.finishing = True
         elif kind == "w.timeouts":
             heartbeat = (msg.get("timeouts") or {}).get("heartbeat")
             if isinstance(heartbeat, (int, float)) and heartbeat > 0:

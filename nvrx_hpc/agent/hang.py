@@ -56,7 +56,7 @@ class Hang:
 def find_hangs(records: list[RankRecord], timeouts: Timeouts, now: float) -> list[Hang]:
     hangs = []
     for r in records:
-        if r.state not in (RankState.REGISTERED, RankState.RUNNING):
+        if r.state not in (RankState.REGISTERED, RankState.RUNNING) or r.finishing:
             continue
         if r.last_beat_at is None:
             waited = now - r.registered_at

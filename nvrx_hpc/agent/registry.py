@@ -41,6 +41,7 @@ class RankRecord:
     signal: int | None = None
     reported_exit: bool = False
     exit_unknown: bool = False
+    finishing: bool = False  # said w.bye: exiting normally
 
     def beat(self, beats: int, when: float) -> None:
         if beats <= self.beats:

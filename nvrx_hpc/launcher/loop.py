@@ -222,7 +222,11 @@ class Launcher:
         findings, max_iteration, rc = await self._monitor(step, nodes)
         self.events.emit("launcher.step.ended", attempt=index, restart=restart, returncode=rc,
                          duration_s=round(time.time() - started, 3), max_iteration=max_iteration)
-        if rc == 0 and not findings:
+        if rc == 0:
+            # Every task exited 0: the training finished, whatever was reported on the way out.
+            if findings:
+                self.events.emit("launcher.step.findings_ignored", reason="the step exited 0",
+                                 findings=[f.reason for f in findings])
             outcome = Outcome.STOPPED if self._stop_requested.is_set() else Outcome.SUCCEEDED
             return Attempt(outcome, max_iteration=max_iteration)
         if not findings:
