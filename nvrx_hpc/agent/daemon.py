@@ -41,6 +41,8 @@ class AgentSettings:
     status_s: float = 1.0
     dump_wait_s: float = 1.0
     term_grace_s: float = 3.0
+    health_interval_s: float = 0.0  # 0: no health loop
+    metrics_port: int | None = None
 
 
 class Agent:
@@ -258,11 +260,42 @@ class Agent:
 
     # ------------------------------------------------------------------ main
 
+    def _start_health(self, loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:
+        """The health loop: periodic checks and Xid listeners; a fatal finding goes to the launcher."""
+        if self.s.health_interval_s <= 0 and self.s.metrics_port is None:
+            return None, None
+        from nvrx_hpc.core.config import load_config
+        from nvrx_hpc.health.metrics import HealthMetrics, start_metrics_server
+        from nvrx_hpc.health.monitor import HealthMonitor
+
+        metrics = HealthMetrics(self.s.node)
+        server = start_metrics_server(self.s.metrics_port, metrics) if self.s.metrics_port is not None else None
+
+        def on_fatal(result) -> None:  # a monitor thread: hand over to the event loop
+            loop.call_soon_threadsafe(
+                lambda: self._report("ag.health", check=result.name, verdict=result.verdict.value, detail=result.detail)
+            )
+
+        monitor = None
+        if self.s.health_interval_s > 0:
+            try:
+                monitor = HealthMonitor.from_config(
+                    load_config().config, node=self.s.node, on_fatal=on_fatal, interval_s=self.s.health_interval_s,
+                    metrics=metrics, job_id=self.s.job,
+                )
+                monitor.start()
+            except Exception as exc:  # noqa: BLE001 - fail open: no health loop is better than no agent
+                log.error("[%s] health loop not started: %s", self.s.node, exc)
+                self._report("ag.health_unavailable", reason=str(exc))
+                monitor = None
+        return monitor, server
+
     async def run(self) -> int:
         await self.server.start()
         reader, self._writer = await self._connect()
         self._report("ag.hello", pid=os.getpid(), socket=str(self.s.socket_path))
         loop = asyncio.get_running_loop()
+        monitor, metrics_server = self._start_health(loop)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stop.set)
         tasks = [
@@ -273,6 +306,10 @@ class Agent:
         await self._stop.wait()
         for task in tasks:
             task.cancel()
+        if monitor is not None:
+            await asyncio.to_thread(monitor.stop)
+        if metrics_server is not None:
+            metrics_server.close()
         self._report("ag.bye")
         try:
             await asyncio.wait_for(self._writer.drain(), 2)

@@ -50,6 +50,9 @@ def register(app: typer.Typer) -> None:
         initial_timeout: float | None = typer.Option(None, "--initial-timeout", help="Seconds to the first heartbeat."),
         section_timeout: list[str] = typer.Option([], "--section-timeout", help="NAME=SECONDS (repeatable)."),
         stop_grace: float = typer.Option(5.0, "--stop-grace", min=0, help="SIGTERM to SIGKILL grace, seconds."),
+        health_interval: float = typer.Option(
+            30.0, "--health-interval", min=0, help="Seconds between the agents' health checks (0: off)."
+        ),
     ) -> None:
         """Run CMD as an srun step in this allocation and keep it alive through failures."""
         from nvrx_hpc.launcher.loop import Launcher
@@ -74,6 +77,7 @@ def register(app: typer.Typer) -> None:
             section_timeouts=_parse_sections(section_timeout),
             mode=mode,
             stop_grace_s=stop_grace,
+            health_interval_s=health_interval,
         )
         settings.validate(len(ctx.node_list))  # before anything starts
         runner = CommandRunner(default_timeout=config.slurm.command_timeout_s)
@@ -89,6 +93,8 @@ def register(app: typer.Typer) -> None:
         token_file: Path = typer.Option(..., "--token-file", help="The job's token file (mode 0600)."),
         socket: str = typer.Option(..., "--socket", help="Unix socket path; %n node, %j job."),
         node: str | None = typer.Option(None, "--node", help="This node's Slurm name [$SLURMD_NODENAME]."),
+        health_interval: float = typer.Option(0.0, "--health-interval", min=0, help="Health loop period (0: off)."),
+        metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics here."),
     ) -> None:
         """The node agent (started by `nvrx-hpc run`, one per node per job)."""
         from nvrx_hpc.agent.daemon import Agent, AgentSettings
@@ -103,6 +109,7 @@ def register(app: typer.Typer) -> None:
         settings = AgentSettings(
             node=node, job=job, socket_path=Path(expand_percent(socket, job_id=job, node=node)),
             launcher_host=host, launcher_port=int(port), token=load_token(token_file),
+            health_interval_s=health_interval, metrics_port=metrics_port,
         )
         raise typer.Exit(asyncio.run(Agent(settings).run()))
 

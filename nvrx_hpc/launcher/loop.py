@@ -112,7 +112,7 @@ class Launcher:
         socket_template = f"/tmp/nvrx-{os.getuid()}-{self.ctx.job_id}/agent-%n.sock"
         agent_args = [
             "--launcher", f"{self._advertise_host()}:{port}", "--token-file", str(self.run_dir / "token"),
-            "--socket", socket_template,
+            "--socket", socket_template, "--health-interval", str(self.s.health_interval_s),
         ]  # fmt: skip
         all_nodes = self.pool.active + self.pool.spares
         agents = SrunStep(agent_step_argv(all_nodes, self.run_dir / "logs" / "agents.log", agent_args), env)
@@ -316,6 +316,9 @@ class Launcher:
         iteration = data.get("iteration") if isinstance(data.get("iteration"), int) else None
         if isinstance(data.get("time"), (int, float)):  # when the agent saw it, not when it arrived here
             event = dataclasses.replace(event, time=float(data["time"]))
+        if event.kind == "ag.health" and event.node in nodes:
+            why = f"{event.node} failed health check {data.get('check')}: {data.get('detail')}"
+            return Finding("health", event.time, event.node, reason=why), None
         if event.kind == "hub.agent_lost" and event.node in nodes:
             return Finding("agent_lost", event.time, event.node, reason=f"node agent on {event.node} lost"), None
         if event.kind != "ag.rank" or event.node not in nodes:

@@ -29,6 +29,7 @@ class RunSettings:
     stop_grace_s: float = 5.0
     agent_timeout_s: float = 30.0
     master_port_base: int = 29500
+    health_interval_s: float = 30.0  # the agents' health loop; 0 turns it off
     comm_sections: frozenset[str] = COMM_SECTIONS
 
     def validate(self, allocated_nodes: int) -> None:

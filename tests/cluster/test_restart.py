@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,10 +24,10 @@ STEPS = 14
 
 
 def _submit(cluster, tmp_path: Path, name: str, *, nodes: int, spares: int, fault: str | None = None,
-            run_args: tuple[str, ...] = (), train_args: tuple[str, ...] = ()) -> tuple[str, Path]:
+            run_args: tuple[str, ...] = (), train_args: tuple[str, ...] = (), env_line: str = "") -> tuple[str, Path]:
     run_dir = tmp_path / name
     script = tmp_path / f"{name}.sh"
-    env_line = f"export NVRX_TEST_FAULT={fault}\n" if fault else ""
+    env_line += f"export NVRX_TEST_FAULT={fault}\n" if fault else ""
     argv = [
         sys.executable, "-m", "nvrx_hpc", "run", "--spares", str(spares), "--tasks-per-node", "2",
         "--run-dir", str(run_dir), "--stop-grace", "2", *run_args, "--",
@@ -40,6 +41,20 @@ def _submit(cluster, tmp_path: Path, name: str, *, nodes: int, spares: int, faul
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().split(";")[0], run_dir
+
+
+def _wait_iteration(run_dir: Path, iteration: int, timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            status = json.loads((run_dir / "status.json").read_text())
+        except (OSError, ValueError):
+            status = {}
+        iterations = [r.get("iteration") or 0 for r in status.get("ranks", {}).values()]
+        if iterations and max(iterations) >= iteration:
+            return status
+        time.sleep(0.2)
+    raise AssertionError(f"training in {run_dir} never reached iteration {iteration}")
 
 
 def _wait(cluster, job: str, timeout: float = 180) -> dict:
@@ -106,18 +121,7 @@ def test_f3_rank_stuck_before_a_collective_is_blamed_not_the_waiters(cluster, tm
 
 def test_f6_node_agent_killed_excludes_the_node(cluster, tmp_path, baseline):
     job, run_dir = _submit(cluster, tmp_path, "f6", nodes=2, spares=1)
-    victim = None
-    deadline = time.monotonic() + 90
-    while victim is None and time.monotonic() < deadline:
-        try:
-            status = json.loads((run_dir / "status.json").read_text())
-        except (OSError, ValueError):
-            status = {}
-        iterations = [r.get("iteration") or 0 for r in status.get("ranks", {}).values()]
-        if iterations and max(iterations) >= 3 and "n2" in status.get("agents", {}):
-            victim = status["agents"]["n2"]["pid"]
-        time.sleep(0.2)
-    assert victim, "training never got going"
+    victim = _wait_iteration(run_dir, 3)["agents"]["n2"]["pid"]
     assert "agent" in " ".join(psutil.Process(victim).cmdline())
     os.kill(victim, signal.SIGKILL)
     assert _wait(cluster, job)["state"] == "COMPLETED", (tmp_path / "f6.out").read_text()
@@ -147,3 +151,25 @@ def test_site_mode_drains_the_culprit_with_an_nvrx_reason(cluster, tmp_path, bas
         assert _hash(run_dir) == baseline
     finally:
         cluster.dev.backend.resume(["n1", "n2", "n3"])
+
+
+def test_f5_sim_xid79_during_a_run_excludes_the_node(cluster, tmp_path, baseline):
+    """Simulated GPU (sim backend, chosen explicitly): an Xid 79 on n2 mid-run -> n2 out, spare in."""
+    job, run_dir = _submit(cluster, tmp_path, "f5", nodes=2, spares=1, run_args=("--health-interval", "1"),
+                           env_line="export NVRX_HEALTH__GPU_BACKEND=sim\n")
+    try:
+        _wait_iteration(run_dir, 3)
+        inject = subprocess.run(
+            [sys.executable, "-m", "nvrx_hpc", "cluster", "inject-gpu-fault", "n2", "xid=79",
+             "--state-dir", str(cluster.state_dir)], capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert inject.returncode == 0, inject.stderr
+        assert _wait(cluster, job)["state"] == "COMPLETED", (tmp_path / "f5.out").read_text()
+    finally:
+        subprocess.run([sys.executable, "-m", "nvrx_hpc", "cluster", "clear-gpu-faults", "--state-dir",
+                        str(cluster.state_dir)], capture_output=True, timeout=30)  # fmt: skip
+    culprit = _culprit(run_dir)
+    assert culprit["node"] == "n2" and culprit["detail"]["finding"] == "health" and "79" in culprit["reason"]
+    excluded = [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "launcher.node.excluded"]
+    assert [e["node"] for e in excluded] == ["n2"]
+    assert _hash(run_dir) == baseline

@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from nvrx_hpc.core.errors import ClusterError, SlurmError
 from nvrx_hpc.slurm.api import NodeInfo
 from nvrx_hpc.slurm.cli_backend import CliBackend
-from nvrx_hpc.slurm.devcluster.files import client_env, read_spec, spec_to_json, write_config
+from nvrx_hpc.slurm.devcluster.files import (
+    client_env,
+    config_fingerprint,
+    read_spec,
+    running_fingerprint,
+    spec_to_json,
+    write_config,
+)
 from nvrx_hpc.slurm.devcluster.layout import DevClusterSpec, Layout
 from nvrx_hpc.slurm.devcluster.processes import (
     Manifest,
@@ -108,9 +115,12 @@ class DevCluster:
                     f"a dev cluster with other settings is running at {self.layout.root}",
                     hint="stop it with `nvrx-hpc cluster down` first, or pick another --state-dir",
                 )
-            if self.is_running():
+            if self.is_running() and running_fingerprint(self.layout) == config_fingerprint():
                 return self.status()
-            log.warning("dev cluster at %s is only partly running; restarting it", self.layout.root)
+            if self.is_running():
+                log.warning("dev cluster at %s was written by older nvrx-hpc code; restarting it", self.layout.root)
+            else:
+                log.warning("dev cluster at %s is only partly running; restarting it", self.layout.root)
             self.down(stop_munge=False)
         _check_ports_free(self.spec)
         self._fresh_start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pwd
@@ -15,7 +16,7 @@ import jinja2
 import nvrx_hpc
 from nvrx_hpc.slurm.devcluster.layout import DevClusterSpec, Layout
 
-__all__ = ["write_config", "client_env", "read_spec", "spec_to_json"]
+__all__ = ["write_config", "client_env", "read_spec", "spec_to_json", "config_fingerprint", "running_fingerprint"]
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(Path(__file__).parent)),
@@ -127,3 +128,20 @@ def write_config(spec: DevClusterSpec, layout: Layout) -> None:
     env = client_env(layout)
     layout.env_file.write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()))
     layout.spec_file.write_text(spec_to_json(spec) + "\n")
+    (layout.etc / "fingerprint").write_text(config_fingerprint() + "\n")
+
+
+def config_fingerprint() -> str:
+    """A hash of the code that writes the cluster's files: a running cluster older than it is restarted."""
+    digest = hashlib.sha256()
+    here = Path(__file__).parent
+    for name in ("files.py", "slurm.conf.j2"):
+        digest.update((here / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def running_fingerprint(layout: Layout) -> str | None:
+    try:
+        return (layout.etc / "fingerprint").read_text().strip()
+    except OSError:
+        return None
