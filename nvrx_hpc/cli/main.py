@@ -9,8 +9,11 @@ import sys
 import typer
 
 from nvrx_hpc import __version__
-from nvrx_hpc.cli import cluster, config, hooks, spank
+from nvrx_hpc.cli import attribute as attribute_cli
+from nvrx_hpc.cli import cluster, config, health, hooks, node, spank
 from nvrx_hpc.cli import run as run_commands
+from nvrx_hpc.cli import serve as serve_cli
+from nvrx_hpc.cli import submit as submit_cli
 from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.core.exit_codes import ExitCode
 
@@ -24,8 +27,13 @@ app = typer.Typer(
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(config.app, name="config")
 app.add_typer(spank.app, name="spank")
+app.add_typer(node.app, name="node")
 hooks.register(app)
+health.register(app)
 run_commands.register(app)
+attribute_cli.register(app)
+serve_cli.register(app)
+submit_cli.register(app)
 
 _state = {"debug": False}
 

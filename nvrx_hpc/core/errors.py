@@ -16,6 +16,9 @@ __all__ = [
     "SlurmTimeout",
     "SlurmNotInstalled",
     "ClusterError",
+    "CheckpointError",
+    "AttributionError",
+    "HealthError",
 ]
 
 
@@ -93,5 +96,27 @@ class SlurmParseError(SlurmError):
 
 class ClusterError(NvrxError):
     """The local development cluster could not be brought up, inspected or stopped."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class AttributionError(NvrxError):
+    """Attribution input (a run directory, a log, a flight-recorder dump, a report) is missing or unreadable."""
+
+    exit_code = ExitCode.USAGE
+
+
+class CheckpointError(NvrxError):
+    """A checkpoint could not be saved, committed, verified or restored (burst buffer full, bad shard, lost node)."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+    def __init__(self, message: str, *, hint: str | None = None, step: int | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.step = step
+
+
+class HealthError(NvrxError):
+    """A health check, the health policy or a GPU backend cannot do what was asked (no NVML, bad policy, ...)."""
 
     exit_code = ExitCode.UNAVAILABLE
