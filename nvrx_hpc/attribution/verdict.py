@@ -127,6 +127,9 @@ def _causes(f: Findings, record_time: dict[int, float]) -> list[_Cause]:
             r.time, (r.rank,) if r.rank is not None else (), (r.node,) if r.node else (),
         ))  # fmt: skip
     for e in f.events:
+        if e.kind == "launcher.culprit":
+            out.append(_launcher_culprit(e))
+            continue
         if e.kind.endswith("rank.hung"):
             text = f"launcher: rank {e.rank} on {e.node or '?'} hung" + (f" ({e.detail})" if e.detail else "")
             out.append(_Cause(
@@ -160,8 +163,41 @@ def _causes(f: Findings, record_time: dict[int, float]) -> list[_Cause]:
     return out
 
 
+# What the launcher saw first-hand (launcher.culprit's `finding`): category, strength, restartable.
+_LAUNCHER_FINDINGS = {
+    "exited": (Category.APPLICATION, 3, True),
+    "hung": (Category.DISTRIBUTED_HANG, 3, True),
+    "agent_lost": (Category.HOST, 3, True),
+    "health": (Category.GPU_HARDWARE, 3, True),
+}
+
+
+def _launcher_culprit(e) -> _Cause:
+    """The restart loop's own culprit: it saw the exit status, the hang or the lost node directly."""
+    detail = e.raw.get("detail") if isinstance(e.raw.get("detail"), dict) else {}
+    finding = str(detail.get("finding", ""))
+    reason = str(e.raw.get("reason") or e.detail)
+    cat, strength, ok = _LAUNCHER_FINDINGS.get(finding, (Category.UNKNOWN, 1, None))
+    if finding == "exited" and "signal" in reason:
+        cat = Category.FRAMEWORK_CRASH
+    text = f"launcher: {reason}"
+    # When it happened, not when the launcher decided: the time of the matching finding.
+    when = e.time
+    for item in detail.get("findings") or []:
+        if isinstance(item, dict) and item.get("reason") == reason and isinstance(item.get("time"), (int, float)):
+            when = float(item["time"])
+    return _Cause(
+        "event", f"launcher.culprit.{finding or 'unknown'}", cat, strength, text,
+        Evidence("events.jsonl", text, line=e.line), when,
+        (e.rank,) if e.rank is not None else (), (e.node,) if e.node else (), restartable=ok,
+    )  # fmt: skip
+
+
 def _key(c: _Cause) -> tuple:
-    return (c.time is None, c.time or 0.0, c.order)
+    when = c.time or 0.0
+    if c.kind in ("log", "slurm") and when == int(when):
+        when += 0.999  # a log stamp to the second: anything inside that second may have come first
+    return (c.time is None, when, c.order)
 
 
 def _pick_root(causes: list[_Cause], rank_nodes: dict[int, str]) -> tuple[_Cause | None, tuple[int, ...]]:
