@@ -21,7 +21,8 @@ def _run_dir(tmp_path, finding: str, reason: str):
     logs = tmp_path / "logs"
     logs.mkdir()
     # Slurm stamps to the second; this line comes from the kill that followed the real failure.
-    (logs / "step-0.log").write_text("0: slurmstepd-n1: error: *** STEP 7.1 ON n1 CANCELLED AT 2026-12-02T16:11:36 ***\n")
+    cancelled = "0: slurmstepd-n1: error: *** STEP 7.1 ON n1 CANCELLED AT 2026-12-02T16:11:36 ***\n"
+    (logs / "step-0.log").write_text(cancelled)
     return tmp_path
 
 
