@@ -10,6 +10,7 @@ import typer
 
 from nvrx_hpc import __version__
 from nvrx_hpc.cli import attribute as attribute_cli
+from nvrx_hpc.cli import ckpt as ckpt_cli
 from nvrx_hpc.cli import cluster, config, health, hooks, node, spank
 from nvrx_hpc.cli import run as run_commands
 from nvrx_hpc.cli import serve as serve_cli
@@ -27,6 +28,7 @@ app = typer.Typer(
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(config.app, name="config")
 app.add_typer(spank.app, name="spank")
+app.add_typer(ckpt_cli.app, name="ckpt")
 app.add_typer(node.app, name="node")
 hooks.register(app)
 health.register(app)

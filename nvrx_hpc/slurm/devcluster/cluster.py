@@ -131,6 +131,11 @@ class DevCluster:
         # Job ids restart at 1 with a wiped state dir; that is fine for a throwaway cluster.
         for stale in (self.layout.state, self.layout.root / "spool", self.layout.root / "pmix"):
             shutil.rmtree(stale, ignore_errors=True)
+        # Job ids restart at 1, so per-job records of an earlier start would be mistaken for new ones.
+        for per_job in ("hooks.jsonl", "jobcomp.log"):
+            old = self.layout.log / per_job
+            if old.exists():
+                old.replace(old.with_name(per_job + ".previous"))
         write_config(self.spec, self.layout)
         conf = str(self.layout.slurm_conf)
         start_daemon(

@@ -1,0 +1,300 @@
+"""Checkpoint layer speed: each figure next to a baseline measured in the same run, as a ratio with its goal.
+
+    python benchmarks/ckpt_bench.py                       # 4 ranks x 256 MiB (this 2-core dev box)
+    python benchmarks/ckpt_bench.py --size-mib 1024       # the issue's 4 ranks x 1 GiB
+    python benchmarks/ckpt_bench.py --ranks 8 --bb-dir /nvme/bench --json
+
+It starts itself under `mpirun` (one rank per simulated node, burst buffers in --bb-dir) unless already
+launched by mpirun or srun. Ratios (goal in brackets):
+  save_vs_copy        save() blocking time / bare copy of the same bytes into host memory      [<= 1.5]
+  torch_save_vs_save  torch.save to the same dir / save() blocking time                       [>= 10]
+  save_vs_dcp_async   save() blocking time / DCP async_save blocking time                     [<= 0.5]
+  write_vs_raw        background shard write throughput / raw sequential write + fsync        [>= 0.85]
+  repl_vs_send        partner replication throughput / raw mpi4py Send between two ranks      [>= 0.70]
+  repl_vs_ring        the same / raw Sendrecv ring with every rank sending at once (same traffic)  [info]
+  restore_lost_vs_local  load() with one node's burst buffer wiped / load() with all local    [<= 1.5]
+Times are the slowest rank's; medians over --iters, after warm-up saves (in a VM the first touch of memory
+that tmpfs has never used costs several times a steady-state write).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GOALS = {
+    "save_vs_copy": ("<=", 1.5),
+    "torch_save_vs_save": (">=", 10.0),
+    "save_vs_dcp_async": ("<=", 0.5),
+    "write_vs_raw": (">=", 0.85),
+    "repl_vs_send": (">=", 0.70),
+    "repl_vs_ring": ("info", None),
+    "restore_lost_vs_local": ("<=", 1.5),
+}
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=int, default=4, help="MPI ranks (one per simulated node)")
+    p.add_argument("--size-mib", type=int, default=256, help="state per rank, MiB (the issue's figure: 1024)")
+    p.add_argument("--tensors", type=int, default=8, help="tensors per rank (fp32, two of them bf16)")
+    p.add_argument("--iters", type=int, default=3, help="timed repetitions per figure (median)")
+    p.add_argument("--bb-dir", default="/dev/shm" if Path("/dev/shm").is_dir() else tempfile.gettempdir(),
+                   help="where burst buffers and baseline files go (tmpfs by default)")
+    p.add_argument("--scheme", default="partner", choices=["partner", "xor"])
+    p.add_argument("--json", action="store_true", help="print one JSON object, nothing else")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds before the mpirun is killed")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--run-dir", default="", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def launch(args: argparse.Namespace) -> int:
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        print("ckpt_bench: mpirun not found (apt-get install openmpi-bin)", file=sys.stderr)
+        return 69
+    run_dir = Path(args.bb_dir) / f"nvrx-bench-{os.getpid()}"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    repo = str(Path(__file__).resolve().parents[1])  # measure this checkout's nvrx_hpc
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo",
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           # more ranks than cores here: waiting ranks must yield the CPU instead of spinning
+           "OMPI_MCA_mpi_yield_when_idle": os.environ.get("OMPI_MCA_mpi_yield_when_idle", "1")}
+    argv = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(args.ranks), sys.executable, __file__,
+            "--worker", "--run-dir", str(run_dir), "--size-mib", str(args.size_mib), "--tensors", str(args.tensors),
+            "--iters", str(args.iters), "--scheme", args.scheme]
+    try:
+        done = subprocess.run(argv, env=env, timeout=args.timeout, capture_output=True, text=True)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("BENCH_JSON ")]
+    if done.returncode != 0 or not lines:
+        print(f"ckpt_bench: mpirun exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}",
+              file=sys.stderr)
+        return 1
+    result = json.loads(lines[-1].removeprefix("BENCH_JSON "))
+    result["config"]["bb_dir"] = args.bb_dir
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        show(result)
+    return 0
+
+
+def show(result: dict) -> None:
+    c = result["config"]
+    print(f"checkpoint bench: {c['ranks']} ranks x {c['size_mib']} MiB, scheme {c['scheme']}, in {c['bb_dir']}")
+    print(f"{'figure':<34}{'value':>12}")
+    for name, value in result["figures"].items():
+        print(f"{name:<34}{value:>12.4g}")
+    print(f"\n{'ratio':<24}{'value':>8}  goal     ok")
+    for name, r in result["ratios"].items():
+        goal = "-" if r["goal"] is None else f"{r['op']} {r['goal']:g}"
+        ok = "-" if r["ok"] is None else ("yes" if r["ok"] else "NO")
+        print(f"{name:<24}{r['value']:>8.3f}  {goal:<8} {ok}")
+
+
+# ----------------------------------------------------------------- inside each rank
+
+
+def worker(args: argparse.Namespace) -> int:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from mpi4py import MPI
+
+    from nvrx_hpc.ckpt import AsyncCheckpointer
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    torch.set_num_threads(1)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size))
+    dist.init_process_group("gloo")
+    run = Path(args.run_dir)
+    per = (args.size_mib << 20) // args.tensors
+    g = torch.Generator().manual_seed(rank)
+    state = {
+        f"t{i}": torch.randn(per // 2, generator=g).bfloat16() if i % 4 == 3 else torch.randn(per // 4, generator=g)
+        for i in range(args.tensors)
+    }
+    nbytes = sum(t.numel() * t.element_size() for t in state.values())
+
+    def slowest(seconds: float) -> float:
+        return comm.allreduce(seconds, op=MPI.MAX)
+
+    def timed(fn, iters: int = args.iters) -> float:
+        times = []
+        for _ in range(iters):
+            comm.Barrier()
+            t = time.perf_counter()
+            fn()
+            times.append(slowest(time.perf_counter() - t))
+        return statistics.median(times)
+
+    figures: dict[str, float] = {}
+    # bare copy into preallocated host memory
+    dst = {k: torch.empty_like(v) for k, v in state.items()}
+
+    def copy() -> None:
+        for k, v in state.items():
+            dst[k].copy_(v)
+
+    copy()
+    figures["bare_copy_s"] = timed(copy)
+    dst.clear()
+
+    ck = AsyncCheckpointer(str(run / "bb" / "{domain}"), scheme=args.scheme, comm=comm, failure_domain=f"node{rank}",
+                           set_size=max(2, min(size, 8)), keep=2)
+    for warm in range(3):  # the arena is allocated; the burst buffer cycles through keep + 1 versions
+        ck.save(state, warm).wait()
+    stats = []
+    step = [2]
+    block = []
+    for _ in range(args.iters):
+        comm.Barrier()
+        t = time.perf_counter()
+        h = ck.save(state, step[0] + 1)
+        block.append(slowest(time.perf_counter() - t))
+        step[0] += 1
+        stats.append(h.wait())
+    figures["save_block_s"] = statistics.median(block)
+    figures["write_s"] = statistics.median(slowest(s.write_s) for s in stats)
+    figures["replicate_s"] = statistics.median(slowest(s.replicate_s) for s in stats)
+    figures["commit_total_s"] = statistics.median(slowest(s.total_s) for s in stats)
+    shard_bytes = stats[-1].nbytes
+
+    # torch.save to the same directory
+    tpath = run / f"torch-r{rank}.pt"
+    figures["torch_save_s"] = timed(lambda: torch.save(state, tpath), iters=max(1, args.iters - 1))
+    tpath.unlink()
+
+    # DCP async_save blocking time (each rank its own keys), second call (the first sets up the stager)
+    keyed = {f"r{rank}": state}
+    futures = []
+
+    def dcp_async(i: list[int] = [0]) -> None:  # noqa: B006 - a counter
+        i[0] += 1
+        futures.append(dcp.async_save(keyed, checkpoint_id=str(run / f"dcp-{i[0]}")))
+
+    dcp_async()
+    futures.pop().result()
+    dcp_times = []
+    for _ in range(max(1, args.iters - 1)):
+        comm.Barrier()
+        t = time.perf_counter()
+        dcp_async()
+        dcp_times.append(slowest(time.perf_counter() - t))
+        futures.pop().result()
+    figures["dcp_async_block_s"] = statistics.median(dcp_times)
+    comm.Barrier()
+    if rank == 0:
+        for d in run.glob("dcp-*"):
+            shutil.rmtree(d, ignore_errors=True)
+
+    # raw sequential write + fsync of the same bytes, same directory
+    raw = np.empty(shard_bytes, dtype=np.uint8)
+    raw[:] = 1
+    rpath = run / f"raw-r{rank}.bin"
+
+    def raw_write() -> None:
+        with open(rpath, "wb") as f:
+            f.write(memoryview(raw))
+            f.flush()
+            os.fsync(f.fileno())
+
+    figures["raw_write_s"] = timed(raw_write)
+    rpath.unlink()
+
+    # raw mpi4py Send between ranks 0 and 1 (64 MiB chunks, as the checkpointer), and a Sendrecv ring
+    chunk = 64 << 20
+    recv = np.empty_like(raw)
+
+    def send_pair() -> None:
+        for a in range(0, shard_bytes, chunk):
+            if rank == 0:
+                comm.Send([raw[a : a + chunk], MPI.BYTE], dest=1, tag=5)
+            elif rank == 1:
+                comm.Recv([recv[a : a + chunk], MPI.BYTE], source=0, tag=5)
+
+    figures["send_pair_s"] = timed(send_pair)
+
+    def ring() -> None:
+        for a in range(0, shard_bytes, chunk):
+            comm.Sendrecv([raw[a : a + chunk], MPI.BYTE], dest=(rank + 1) % size, sendtag=6,
+                          recvbuf=[recv[a : a + chunk], MPI.BYTE], source=(rank - 1) % size, recvtag=6)
+
+    figures["sendrecv_ring_s"] = timed(ring)
+    raw = recv = np.empty(0, dtype=np.uint8)  # free them before the restores
+
+    # restore: all local, then with node1's burst buffer wiped
+    into = {k: torch.zeros_like(v) for k, v in state.items()}
+    ck.load(into)  # warm-up
+    comm.Barrier()
+    t = time.perf_counter()
+    ck.load(into)
+    figures["restore_local_s"] = slowest(time.perf_counter() - t)
+    ok = all(torch.equal(into[k], state[k]) for k in state)
+    comm.Barrier()
+    if rank == 0:
+        shutil.rmtree(run / "bb" / "node1")
+    comm.Barrier()
+    t = time.perf_counter()
+    ck.load(into)
+    figures["restore_lost_s"] = slowest(time.perf_counter() - t)
+    ck.wait()  # the re-protection after a lost node runs in the background; not part of the restore time
+    ok = comm.allreduce(int(ok and all(torch.equal(into[k], state[k]) for k in state)), op=MPI.MIN)
+    ck.close()
+
+    gb = nbytes / 1e9
+    figures["write_gbs"] = gb / figures["write_s"]
+    figures["raw_write_gbs"] = gb / figures["raw_write_s"]
+    figures["replicate_gbs"] = gb / figures["replicate_s"]
+    figures["send_pair_gbs"] = gb / figures["send_pair_s"]
+    figures["sendrecv_ring_gbs"] = gb / figures["sendrecv_ring_s"]
+    values = {
+        "save_vs_copy": figures["save_block_s"] / figures["bare_copy_s"],
+        "torch_save_vs_save": figures["torch_save_s"] / figures["save_block_s"],
+        "save_vs_dcp_async": figures["save_block_s"] / figures["dcp_async_block_s"],
+        "write_vs_raw": figures["write_gbs"] / figures["raw_write_gbs"],
+        "repl_vs_send": figures["replicate_gbs"] / figures["send_pair_gbs"],
+        "repl_vs_ring": figures["replicate_gbs"] / figures["sendrecv_ring_gbs"],
+        "restore_lost_vs_local": figures["restore_lost_s"] / figures["restore_local_s"],
+    }
+    ratios = {}
+    for name, value in values.items():
+        op, goal = GOALS[name]
+        passed = None if goal is None else (value <= goal if op == "<=" else value >= goal)
+        ratios[name] = {"value": round(value, 4), "op": op, "goal": goal, "ok": passed}
+    if rank == 0:
+        result = {
+            "config": {"ranks": size, "size_mib": args.size_mib, "tensors": args.tensors, "iters": args.iters,
+                       "scheme": args.scheme, "restored_state_identical": bool(ok)},
+            "figures": {k: round(v, 6) for k, v in figures.items()},
+            "ratios": ratios,
+        }
+        print("BENCH_JSON " + json.dumps(result), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    return worker(args) if args.worker else launch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
