@@ -21,6 +21,10 @@ except Exception: r={}
 print(max([v.get("iteration") or 0 for v in r.values()] or [0]))' "$1"
 }
 train=("$PYTHON" "$repo/examples/train.py" --steps 60 --ckpt-every 5 --step-time 0.2)
+# The same kind of training, checkpointing through nvrx_hpc.ckpt into each node's burst buffer
+# (partner copies on the next node), so it survives losing a node's disk.
+train_ckpt() { echo "$PYTHON" "$repo/examples/train_ckpt.py" --steps 60 --ckpt-every 5 --step-time 0.2 \
+  --bb-dir "$state/bb/{domain}/$1"; }
 
 say "1. the local Slurm cluster: munge, slurmctld, slurmd n1..n4, our SPANK plugin, Prolog/Epilog"
 nvrx cluster up
@@ -30,18 +34,22 @@ demo=$state/demo
 rm -rf "$demo"; mkdir -p "$demo"
 nvrx cluster clear-gpu-faults >/dev/null
 
-say "2. a fault-free reference run: 2 nodes x 2 ranks + 1 spare, under nvrx-hpc run"
-ref=$(nvrx submit --nodes 2 --spares 1 --tasks-per-node 2 --time 10 --run-dir "$demo/reference" -- "${train[@]}")
+say "2. a fault-free reference run: 2 nodes x 2 ranks + 1 spare, under nvrx-hpc run, async checkpoints"
+# shellcheck disable=SC2046
+ref=$(nvrx submit --nodes 2 --spares 1 --tasks-per-node 2 --time 10 --run-dir "$demo/reference" -- $(train_ckpt reference))
 echo "job $ref"; wait_job "$ref" 240
 echo "final hash: $(cat "$demo/reference/final_hash.txt")"
 
-say "3. the same training; rank 3 is SIGKILLed mid-run"
-job=$(nvrx submit --nodes 2 --spares 1 --tasks-per-node 2 --time 10 --run-dir "$demo/faulty" -- "${train[@]}")
+say "3. the same training; rank 3 is SIGKILLed mid-run and its node's burst buffer is wiped"
+# shellcheck disable=SC2046
+job=$(nvrx submit --nodes 2 --spares 1 --tasks-per-node 2 --time 10 --run-dir "$demo/faulty" -- $(train_ckpt faulty))
 echo "job $job"
 until [ "$(iteration_of "$demo/faulty")" -ge 10 ]; do sleep 0.2; done
 nvrx status "$job" --run-dir "$demo/faulty"
 victim=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]+"/status.json"))["ranks"]["3"]["pid"])' "$demo/faulty")
-echo "kill -9 $victim  (rank 3)"; kill -9 "$victim"
+node=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]+"/status.json"))["ranks"]["3"]["node"])' "$demo/faulty")
+echo "kill -9 $victim  (rank 3 on $node); rm -rf $state/bb/$node/faulty  (its burst buffer)"
+kill -9 "$victim"; rm -rf "${state:?}/bb/$node/faulty"
 wait_job "$job" 240
 echo "what the launcher decided (events.jsonl):"
 "$PYTHON" - "$demo/faulty/events.jsonl" <<'PY'
@@ -51,8 +59,12 @@ for line in open(sys.argv[1]):
     e = json.loads(line)
     t0 = t0 or e["time"]
     if e["kind"] in ("launcher.rank.exited", "launcher.culprit", "launcher.node.excluded", "launcher.restart",
-                     "launcher.step.started", "launcher.step.first_iteration", "launcher.decision.done"):
-        print(f"  +{e['time'] - t0:6.2f}s {e['kind']:32} {e.get('node') or ''} {e.get('reason') or ''}")
+                     "launcher.step.started", "launcher.step.first_iteration", "launcher.decision.done",
+                     "ckpt.restored"):
+        what = e.get("reason") or ""
+        if e["kind"] == "ckpt.restored":
+            what = f"rank {e.get('rank')}: step {e['detail'].get('step')} from {e['detail'].get('sources')}"
+        print(f"  +{e['time'] - t0:6.2f}s {e['kind']:32} {e.get('node') or ''} {what}")
 PY
 a=$(cat "$demo/reference/final_hash.txt"); b=$(cat "$demo/faulty/final_hash.txt")
 echo "reference hash: $a"; echo "recovered hash: $b"
