@@ -122,6 +122,12 @@ def test_f3_rank_stuck_before_a_collective_is_blamed_not_the_waiters(cluster, tm
 def test_f6_node_agent_killed_excludes_the_node(cluster, tmp_path, baseline):
     job, run_dir = _submit(cluster, tmp_path, "f6", nodes=2, spares=1)
     victim = _wait_iteration(run_dir, 3)["agents"]["n2"]["pid"]
+    live = subprocess.run([sys.executable, "-m", "nvrx_hpc", "status", job, "--run-dir", str(run_dir), "--json"],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert live.returncode == 0, live.stderr
+    view = json.loads(live.stdout)
+    assert sorted(view["ranks"]) == ["0", "1", "2", "3"] and view["pool"]["spares"] == ["n3"]
+    assert {r["node"] for r in view["ranks"].values()} == {"n1", "n2"}
     assert "agent" in " ".join(psutil.Process(victim).cmdline())
     os.kill(victim, signal.SIGKILL)
     assert _wait(cluster, job)["state"] == "COMPLETED", (tmp_path / "f6.out").read_text()
@@ -172,4 +178,18 @@ def test_f5_sim_xid79_during_a_run_excludes_the_node(cluster, tmp_path, baseline
     assert culprit["node"] == "n2" and culprit["detail"]["finding"] == "health" and "79" in culprit["reason"]
     excluded = [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "launcher.node.excluded"]
     assert [e["node"] for e in excluded] == ["n2"]
+    assert _hash(run_dir) == baseline
+
+
+def test_time_limit_warning_checkpoints_requeues_and_finishes(cluster, tmp_path, baseline):
+    """Slurm's B:USR1 warning (sent here with scancel): ranks checkpoint and exit, the job is requeued
+    (exit 94) and its second run resumes to the same final model."""
+    job, run_dir = _submit(cluster, tmp_path, "usr1", nodes=2, spares=0)
+    _wait_iteration(run_dir, 3)
+    signal_batch = cluster.run(["scancel", "--batch", "--signal=USR1", job], timeout=30)
+    assert signal_batch.returncode == 0, signal_batch.stderr
+    assert _wait(cluster, job, timeout=240)["state"] == "COMPLETED", (tmp_path / "usr1.out").read_text()
+    kinds = _kinds(run_dir)
+    assert "launcher.time_limit_warning" in kinds and "launcher.requeue" in kinds
+    assert cluster.dev.backend.job(job).restart_count == 1
     assert _hash(run_dir) == baseline
