@@ -12,7 +12,6 @@ Every rejection is a ProtocolError that names the check that failed. No pickle, 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import hashlib
@@ -23,11 +22,14 @@ import stat
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from nvrx_hpc.core.errors import ProtocolError
+
+if TYPE_CHECKING:  # asyncio is imported where used: a worker's link thread never needs it
+    import asyncio
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -275,6 +277,8 @@ async def read_message(
         WireTimeout: no whole frame within `timeout` seconds.
         ProtocolError: the frame was rejected, or the stream ended inside one.
     """
+    import asyncio
+
     try:
         return await asyncio.wait_for(_read_frame(reader, codec), timeout)
     except asyncio.TimeoutError:
@@ -282,6 +286,8 @@ async def read_message(
 
 
 async def _read_frame(reader: asyncio.StreamReader, codec: Codec) -> dict[str, Any] | None:
+    import asyncio
+
     try:
         header = await reader.readexactly(HEADER_SIZE)
     except asyncio.IncompleteReadError as exc:
@@ -301,6 +307,8 @@ async def write_message(
     writer: asyncio.StreamWriter, codec: Codec, msg: Mapping[str, Any], timeout: float | None = 10.0
 ) -> None:
     """Encode `msg` and write it, waiting at most `timeout` seconds for the peer to take it."""
+    import asyncio
+
     writer.write(codec.encode(msg))
     try:
         await asyncio.wait_for(writer.drain(), timeout)

@@ -30,9 +30,18 @@ log = logging.getLogger(__name__)
 STATE_VERSION = 1
 HEARTBEAT_INTERVAL = 0.05  # seconds between two heartbeat messages at most: ~20 messages/s
 BYE_WAIT = 1.0  # seconds the interpreter's exit waits for w.bye to leave
+# A training thread that holds the GIL and releases it only for short system calls (a stat, a small
+# read) starves other threads: CPython restarts a waiting thread's 5 ms switch timer every time the GIL
+# changes hands, and the releasing thread takes it straight back. The link thread then never runs and
+# a healthy rank looks hung. So when the link thread is overdue by STARVED seconds, heartbeat() and the
+# event calls sleep YIELD seconds, at most once every YIELD_EVERY seconds (<= 2% of the training's time).
+STARVED = 0.1
+YIELD = 0.001
+YIELD_EVERY = 0.05
 
 _monotonic = time.monotonic
 _now = time.time
+_sleep = time.sleep
 
 
 class Section:
@@ -94,6 +103,8 @@ class Client:
         self.events: deque[dict[str, Any]] = deque()
         self.hb_armed = True
         self.ev_armed = True
+        self.link_due = float("inf")  # monotonic time by which the link thread means to run again
+        self._yielded_at = float("-inf")
         self.stacks = StackFile(env.stacks_path())
         self._counter = itertools.count(1)
         self._open: dict[str, int] = {}
@@ -118,6 +129,7 @@ class Client:
         if register_signal and self.env.stacks_path() is not None:
             self.stacks.register_signal()
         self._sender = Sender(self)
+        self.link_due = _monotonic()
         self._sender.start()
         return self
 
@@ -134,6 +146,7 @@ class Client:
         sender.finish(wait)
 
     def wake(self) -> None:
+        self.link_due = min(self.link_due, _monotonic())
         try:
             os.write(self._wfd, b"\0")
         except OSError:  # pipe full: the sender has wake-ups pending anyway
@@ -143,16 +156,26 @@ class Client:
 
     def heartbeat(self) -> None:
         self.beats = next(self._counter)
-        self.last_beat = _monotonic()
+        self.last_beat = now = _monotonic()
         if self.hb_armed:
             self.hb_armed = False
             self.wake()
+        elif now - self.link_due > STARVED:
+            self._let_link_run(now)
 
     def push(self, msg: dict[str, Any]) -> None:
         self.events.append(msg)
         if self.ev_armed:
             self.ev_armed = False
             self.wake()
+        elif _monotonic() - self.link_due > STARVED:
+            self._let_link_run(_monotonic())
+
+    def _let_link_run(self, now: float) -> None:
+        """Hand the GIL to an overdue link thread for a moment (see STARVED)."""
+        if now - self._yielded_at >= YIELD_EVERY:
+            self._yielded_at = now
+            _sleep(YIELD)
 
     def section(self, name: str) -> Section:
         return Section(self, name)

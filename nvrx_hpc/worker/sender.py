@@ -136,6 +136,7 @@ class Sender(threading.Thread):
         retry = self._retry_at if self._sock is None else None
         deadlines = [t for t in (self._tick_at, retry) if t is not None]
         timeout = max(0.0, min(deadlines) - now) if deadlines else None
+        self.c.link_due = min(deadlines) if deadlines else float("inf")  # a wake() pulls it in
         watch = [self.c.wake_fd] if self._sock is None else [self.c.wake_fd, self._sock]
         readable, _, _ = select.select(watch, [], [], timeout)
         if self.c.wake_fd in readable:

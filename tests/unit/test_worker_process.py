@@ -115,27 +115,58 @@ def test_sigusr1_dumps_stacks_even_with_a_stuck_main_thread(job):
 def test_sigusr1_on_a_busy_rank_does_not_crash_it(job):
     """faulthandler's all-threads dump from a signal handler segfaults when another thread runs Python."""
     agent, env, directory = job
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
-        import time, nvrx_hpc.worker as w
+    stop = os.path.join(directory, "stop")
+    # The rank stays busy until told to stop, so how many signals it takes does not depend on how
+    # fast this machine is.
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, time, nvrx_hpc.worker as w
         w.heartbeat()
         print("ready", flush=True)
-        t = time.monotonic()
-        while time.monotonic() - t < 2.0:  # the daemon thread is busy sending all the while
-            w.heartbeat()
-            with w.section("step"):
-                sum(range(300))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not os.path.exists({stop!r}):
+            for _ in range(200):  # the daemon thread is busy sending all the while
+                w.heartbeat()
+                with w.section("step"):
+                    sum(range(300))
     """)], env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
         agent.wait(lambda: agent.of_type("w.sec"))
-        sent = 0
-        while proc.poll() is None and sent < 150:
+        for _ in range(100):
+            assert proc.poll() is None, "SIGUSR1 killed the busy rank"
             proc.send_signal(signal.SIGUSR1)
-            sent += 1
             time.sleep(0.01)
-        assert proc.wait(timeout=20) == 0
-        assert sent >= 50
+        open(stop, "w").close()
+        assert proc.wait(timeout=30) == 0
         assert _read(os.path.join(directory, "stacks", "rank-5.restart-3.txt")).count("Stack (most recent") >= 20
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_heartbeats_reach_the_agent_while_the_training_thread_hogs_the_gil(job):
+    """A pure-Python loop that releases the GIL only for short system calls starves other threads
+    (CPython restarts a waiter's switch timer on every hand-over); heartbeat() must make room for the link."""
+    agent, env, directory = job
+    stop = os.path.join(directory, "stop")
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, time, nvrx_hpc.worker as w
+        print("ready", flush=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not os.path.exists({stop!r}):  # a stat: a short GIL release
+            for _ in range(50):
+                sum(range(300))
+            w.heartbeat()
+    """)], env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        agent.wait(lambda: agent.of_type("w.hb"), timeout=20)
+        first = len(agent.of_type("w.hb"))
+        agent.wait(lambda: len(agent.of_type("w.hb")) >= first + 3, timeout=20)  # the link keeps going
+        assert proc.poll() is None
+        open(stop, "w").close()
+        assert proc.wait(timeout=30) == 0
+        agent.wait(lambda: agent.of_type("w.bye"))
     finally:
         proc.kill()
         proc.wait()
