@@ -20,7 +20,7 @@ from nvrx_hpc.ckpt.api import RestoreStats, version_name
 from nvrx_hpc.ckpt.context import TAG_DATA, TAG_META, TAG_PARITY, Context
 from nvrx_hpc.ckpt.fsutil import BAD_SUFFIX
 from nvrx_hpc.ckpt.manifest import Manifest, file_name, mark_failed, scan_dir, version_dir
-from nvrx_hpc.ckpt.plan import SHARED, FileKey, Holdings, Rebuild, RestorePlan, plan_restore
+from nvrx_hpc.ckpt.plan import SHARED, Fetch, FileKey, Holdings, Rebuild, RestorePlan, plan_restore
 from nvrx_hpc.ckpt.shardfile import digest, read_parity_file, read_shard_file, unpack_meta
 from nvrx_hpc.ckpt.staging import HostArena, TensorEntry
 from nvrx_hpc.ckpt.transport import as_buffer
@@ -151,21 +151,27 @@ def _quarantine(path: Path) -> None:
 
 
 def _execute(ctx: Context, plan: RestorePlan, arena: HostArena) -> tuple[list[FileKey], object, str]:
-    """Run one plan: (bad file keys, our skeleton, version-level error); all ranks return the same verdict."""
+    """Run one plan: (bad file keys, our skeleton, version-level error); all ranks return the same verdict.
+
+    Copies for other ranks are read and moved first, and each rank reads its own files after that, so a
+    lost rank's bytes travel while the ranks that hold them read their own shards.
+    """
     me, m = ctx.rank, plan.manifest
     mine_meta: bytes | None = None
     outgoing: dict[int, tuple[bytes, np.ndarray]] = {}  # index of fetch -> (meta blob, data) to send
     parities: dict[int, np.ndarray] = {}
     parity_metas: dict[int, dict[int, bytes]] = {}
-    bad: list[FileKey] = []
-    for i, f in enumerate(plan.fetches):
-        if f.holder != me:
-            continue
+
+    def read(i: int, f: Fetch, bad: list[FileKey]) -> None:
+        nonlocal mine_meta
         path = _path(ctx, f.key)
         try:
             if f.obj == "data":
-                into = arena.adopt if f.dest == me else None
-                shard = read_shard_file(path, expect_digest=m.shard(f.owner).digest, buffer_for=into)
+                # A copy for another rank is checked there, after the transfer, so it is read unverified (the
+                # first into the reusable spare buffer); only if that check fails is the file verified here.
+                into = arena.adopt if f.dest == me else None if outgoing else (lambda _entries, n: ctx.spare(n))
+                shard = read_shard_file(path, expect_digest=m.shard(f.owner).digest, buffer_for=into,
+                                        verify=f.dest == me)
                 if f.dest == me:
                     mine_meta = shard.blob
                 else:
@@ -183,6 +189,11 @@ def _execute(ctx: Context, plan: RestorePlan, arena: HostArena) -> tuple[list[Fi
             log.warning("restore of step %d: %s", plan.step, exc.message)
             bad.append(f.key)
             _quarantine(path)
+
+    bad: list[FileKey] = []
+    for i, f in enumerate(plan.fetches):
+        if f.holder == me and f.dest != me:
+            read(i, f, bad)
     verdict = _agree(ctx, bad)
     if verdict:
         return verdict, None, ""
@@ -209,6 +220,7 @@ def _execute(ctx: Context, plan: RestorePlan, arena: HostArena) -> tuple[list[Fi
                 parities[f.owner] = np.empty(ps.chunk, dtype=np.uint8)
                 recvs.append((f.holder, parities[f.owner], tag_data))
     ctx.transport.exchange(sends, recvs)
+    outgoing.clear()
     for i, (meta_buf, data_buf) in incoming.items():
         f = plan.fetches[i]
         blob = meta_buf.tobytes()
@@ -223,8 +235,12 @@ def _execute(ctx: Context, plan: RestorePlan, arena: HostArena) -> tuple[list[Fi
             idx, ps = m.parity_set_of(f.owner) or (0, None)
             if ps is not None and digest(parities[f.owner]) != ps.checksums[idx]:
                 bad.append(f.key)
+    for i, f in enumerate(plan.fetches):
+        if f.holder == me and f.dest == me:
+            read(i, f, bad)
     verdict = _agree(ctx, bad)
     if verdict:
+        _recheck_sent(ctx, plan, verdict)
         return verdict, None, ""
 
     step_error = ""
@@ -245,6 +261,20 @@ def _execute(ctx: Context, plan: RestorePlan, arena: HostArena) -> tuple[list[Fi
     meta = unpack_meta(mine_meta, f"rank {me} shard")
     arena.entries = [TensorEntry.from_wire(t) for t in meta["tensors"]]
     return [], meta["skeleton"], ""
+
+
+def _recheck_sent(ctx: Context, plan: RestorePlan, bad: list[FileKey]) -> None:
+    """A copy that failed its check after the transfer: verify the file we read it from, set it aside if bad
+    (a good file means the bytes were damaged in flight; the plan avoids this source either way)."""
+    for f in plan.fetches:
+        if f.holder != ctx.rank or f.dest == ctx.rank or f.obj != "data" or f.key not in bad:
+            continue
+        path = _path(ctx, f.key)
+        try:
+            read_shard_file(path, expect_digest=plan.manifest.shard(f.owner).digest)
+        except CheckpointError as exc:
+            log.warning("restore of step %d: %s", plan.step, exc.message)
+            _quarantine(path)
 
 
 def _agree(ctx: Context, bad: list[FileKey]) -> list[FileKey]:

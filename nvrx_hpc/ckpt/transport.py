@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK = 64 << 20
 _SPIN_POLLS = 50  # then sleep 10 us, 20 us, ... up to _MAX_SLEEP between polls
-_MAX_SLEEP = 0.002
+_MAX_SLEEP = 0.0002
 
 
 def as_buffer(blob: bytes) -> np.ndarray:

@@ -231,6 +231,9 @@ def test_a_version_without_good_copies_is_recorded_and_never_retried(world):
     assert_restored(first, 1, saved_hashes(world, "p", 1))
     assert "no readable copy of the shard of rank 2" in first[0]["restore"]["rejected"]["2"]
     assert (world["root"] / "p-rot" / "bb" / "d0" / "v000000000002" / "FAILED.json").exists()
+    # the replica went to rank 2 unread by its holder; rank 2's check failed, so the holder verified the file
+    # and set it aside
+    assert (world["root"] / "p-rot" / "bb" / "d3" / "v000000000002" / "replica-r00002.h5.bad").exists()
     assert_restored(second, 1, saved_hashes(world, "p", 1))
     assert second[0]["restore"]["rejected"]["2"].startswith("marked failed")
     assert second[0]["restore"]["bad_files"] == []
