@@ -22,6 +22,8 @@ Fault injection for tests: NVRX_TEST_FAULT, a comma-separated list of
   stuck:rank=R:step=S        sleep forever right before step S's all-reduce (no heartbeats; the others
                              wait inside the collective)
   noprogress:step=S          every rank of every restart SIGKILLs itself at the start of step S
+  slow:step=S                every rank takes one more second per step from step S on (gives a test
+                             that injects a fault from outside the time to do it before the end)
 each acted on only when NVRX_RESTART_COUNT equals its `restart=K` (default 0); noprogress ignores it.
 """
 
@@ -44,7 +46,8 @@ from nvrx_hpc import worker
 
 IN, HIDDEN, OUT, BATCH, LR, SEED = 16, 32, 4, 8, 0.05, 1234
 _CKPT = re.compile(r"^step-(\d+)\.pt$")
-_FAULT_KINDS = {"crash", "exit", "hang", "stuck", "noprogress"}
+_FAULT_KINDS = {"crash", "exit", "hang", "stuck", "noprogress", "slow"}
+_ALL_RANKS = {"noprogress", "slow"}  # kinds that need no rank=R
 
 
 class SGD:
@@ -79,11 +82,11 @@ class Fault:
     restart: int = 0
 
     def applies(self, kind: str, rank: int, step: int, restart: int) -> bool:
-        if self.kind != kind or self.step != step:
+        if self.kind != kind or (self.step > step if kind == "slow" else self.step != step):
             return False
         if kind == "noprogress":
             return True
-        return self.rank == rank and self.restart == restart
+        return (kind == "slow" or self.rank == rank) and self.restart == restart
 
 
 def parse_faults(text: str) -> list[Fault]:
@@ -99,8 +102,8 @@ def parse_faults(text: str) -> list[Fault]:
             if not sep or key not in ("rank", "step", "code", "restart") or not value.lstrip("-").isdigit():
                 raise ValueError(f"bad field {pair!r} in {spec!r}; expected rank=R, step=S, code=C or restart=K")
             fields[key] = int(value)
-        if "step" not in fields or (kind != "noprogress" and "rank" not in fields):
-            raise ValueError(f"fault {spec!r} needs step=S" + ("" if kind == "noprogress" else " and rank=R"))
+        if "step" not in fields or (kind not in _ALL_RANKS and "rank" not in fields):
+            raise ValueError(f"fault {spec!r} needs step=S" + ("" if kind in _ALL_RANKS else " and rank=R"))
         faults.append(Fault(kind=kind, **fields))
     return faults
 
@@ -183,7 +186,8 @@ def inject(faults: list[Fault], kind: str, rank: int, step: int, restart: int) -
     for fault in faults:
         if not fault.applies(kind, rank, step, restart):
             continue
-        print(f"nvrx-train rank={rank} injecting {kind} at step {step}", flush=True)
+        if kind != "slow" or fault.step == step:
+            print(f"nvrx-train rank={rank} injecting {kind} at step {step}", flush=True)
         if kind in ("crash", "noprogress"):
             os.kill(os.getpid(), signal.SIGKILL)
         elif kind == "exit":
@@ -193,6 +197,8 @@ def inject(faults: list[Fault], kind: str, rank: int, step: int, restart: int) -
         elif kind == "stuck":
             while True:
                 time.sleep(3600)
+        elif kind == "slow":
+            time.sleep(1.0)
 
 
 def train(args: argparse.Namespace, faults: list[Fault]) -> int:
@@ -211,7 +217,7 @@ def train(args: argparse.Namespace, faults: list[Fault]) -> int:
         print(f"nvrx-train rank={rank} resumed from step {start}", flush=True)
     for step in range(start + 1, args.steps + 1):
         worker.heartbeat()
-        for kind in ("crash", "exit", "hang", "noprogress"):
+        for kind in ("crash", "exit", "hang", "noprogress", "slow"):
             inject(faults, kind, rank, step, restart)
         with worker.section("step"):
             x, y = batch(step, rank)

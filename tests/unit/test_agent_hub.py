@@ -62,7 +62,9 @@ def test_worker_registration_heartbeats_and_status(tmp_path):
         ])
         event = await _next(hub, "ag.rank", event="registered", rank=5)
         assert event.data["pid"] == os.getpid()  # the peer's credentials, not what the frame claims
-        await asyncio.sleep(1.2)
+        deadline = time.monotonic() + 10  # the agent reports its ranks every status_s (1 s)
+        while time.monotonic() < deadline and hub.agents["n1"].ranks.get("5", {}).get("iteration") != 12:
+            await asyncio.sleep(0.05)
         ranks = hub.agents["n1"].ranks
         assert ranks["5"]["iteration"] == 12 and ranks["5"]["sections"] == ["step"] and ranks["5"]["beats"] == 3
         client.close()

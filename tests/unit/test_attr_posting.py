@@ -93,7 +93,7 @@ def test_webhook_timeout_counts_as_a_failed_attempt(hook):
     started = time.monotonic()
     with pytest.raises(AttributionError, match="failed after 2 attempt"):
         http_post(h.url, REPORT, timeout=0.2, retries=1, backoff=0, sleep=lambda s: None)
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # two 0.2 s timeouts, not the server's delay
 
 
 def test_backends_each_do_their_job(hook, tmp_path):

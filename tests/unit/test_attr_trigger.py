@@ -76,7 +76,7 @@ def test_trigger_starts_one_detached_analysis_that_writes_the_report(tmp_path):
     started = time.monotonic()
     for node in ("n1", "n2", "n3"):
         trigger_from_epilog(_epilog_env(run, SLURMD_NODENAME=node))
-    assert time.monotonic() - started < 5, "the Epilog must not wait for the analysis"
+    assert time.monotonic() - started < 15, "the Epilog must not wait for the analysis"
     deadline = time.monotonic() + 60
     while not (run / "report.html").exists():
         assert time.monotonic() < deadline, (run / LOG_NAME).read_text()

@@ -77,6 +77,9 @@ def test_fault_specs_parse_and_bad_ones_are_refused(monkeypatch):
         ("crash", 1, 7, 1, 0), ("exit", 0, 5, 3, 1), ("noprogress", None, 6, 1, 0)]
     assert faults[2].applies("noprogress", rank=3, step=6, restart=4)
     assert not faults[0].applies("crash", rank=1, step=7, restart=1)
+    slow = train.parse_faults("slow:step=3")[0]  # every rank, every step from 3 on, first attempt only
+    assert [slow.applies("slow", rank=r, step=s, restart=0) for r, s in ((0, 2), (1, 3), (3, 9))] == [False, True, True]
+    assert not slow.applies("slow", rank=0, step=9, restart=1)
     for bad, message in [("crash:rank=1", "needs step=S"), ("melt:rank=1:step=2", "unknown fault kind"),
                          ("hang:rank=x:step=2", "bad field"), ("stuck:step=2", "and rank=R")]:
         with pytest.raises(ValueError, match=message):

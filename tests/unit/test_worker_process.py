@@ -45,10 +45,13 @@ def test_import_is_light_and_no_agent_means_no_op():
             w.set_iteration(1)
         w.start_section("x"); w.end_section("x")
         w.load_state_dict({{"version": 1, "timeouts": {{"heartbeat": 9.0}}}})
-        t = time.perf_counter()
-        for _ in range(100000):
-            w.heartbeat()
-        cost = (time.perf_counter() - t) / 100000
+        costs = []
+        for _ in range(5):  # the best of five: a preempted round says nothing about the call
+            t = time.perf_counter()
+            for _ in range(20000):
+                w.heartbeat()
+            costs.append((time.perf_counter() - t) / 20000)
+        cost = min(costs)
         print(heavy, w.enabled(), w.stop_requested(), threading.active_count(), w.state_dict(), cost < 5e-6)
     """, {"SLURM_PROCID": "0"})
     assert done.returncode == 0, done.stderr
@@ -131,14 +134,14 @@ def test_sigusr1_on_a_busy_rank_does_not_crash_it(job):
     """)], env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        agent.wait(lambda: agent.of_type("w.sec"))
-        for _ in range(100):
+        agent.wait(lambda: agent.of_type("w.sec"), timeout=20)
+        stacks = os.path.join(directory, "stacks", "rank-5.restart-3.txt")
+        for n in range(1, 21):  # one signal at a time: two pending SIGUSR1 would merge into one dump
             assert proc.poll() is None, "SIGUSR1 killed the busy rank"
             proc.send_signal(signal.SIGUSR1)
-            time.sleep(0.01)
+            agent.wait(lambda n=n: _read(stacks).count("Stack (most recent") >= n, timeout=10)
         open(stop, "w").close()
         assert proc.wait(timeout=30) == 0
-        assert _read(os.path.join(directory, "stacks", "rank-5.restart-3.txt")).count("Stack (most recent") >= 20
     finally:
         proc.kill()
         proc.wait()
