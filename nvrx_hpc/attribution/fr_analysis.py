@@ -6,10 +6,16 @@ Sequence ids, not clocks, decide (clocks differ across hosts). A rank's progress
 `pg_status` (last enqueued / completed collective) when present, else from its entries. The culprits
 are the ranks that never joined a collective while waiting on none themselves: a rank blocked in
 another group is a victim of that group, not a cause.
+
+Point-to-point ops (`send 0->1`, `recv 1<-0`, group-local ranks) are paired per direction: a send still
+pending whose peer has no pending receive from it means the peer never posted that receive (and the
+other way round). The rank that never posted is treated like one that never joined a collective; the
+rank left waiting counts as blocked.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +51,7 @@ class PGFinding:
     missing_dumps: tuple[int, ...] = ()
     blocked: tuple[int, ...] = ()
     mismatch: dict[str, Any] | None = None
+    p2p: tuple[dict[str, Any], ...] = ()  # unmatched point-to-point ops, see _unmatched_p2p
     last_enqueued: dict[int, int] = field(default_factory=dict)
     last_completed: dict[int, int] = field(default_factory=dict)
     first_created_ns: int | None = None
@@ -54,7 +61,7 @@ class PGFinding:
             "pg": self.pg, "desc": self.desc, "members": list(self.members), "seq": self.seq, "op": self.op,
             "sizes": self.sizes, "dtypes": self.dtypes, "never_joined": list(self.never_joined),
             "behind": list(self.behind), "missing_dumps": list(self.missing_dumps), "blocked": list(self.blocked),
-            "mismatch": self.mismatch,
+            "mismatch": self.mismatch, "p2p": list(self.p2p),
             "last_enqueued": {str(k): v for k, v in sorted(self.last_enqueued.items())},
             "last_completed": {str(k): v for k, v in sorted(self.last_completed.items())},
         }  # fmt: skip
@@ -68,6 +75,7 @@ class PGFinding:
             parts.append(f"no dump from ranks {list(self.missing_dumps)}")
         if self.mismatch:
             parts.append(f"{self.mismatch['type']} mismatch at #{self.mismatch['seq']}: {self.mismatch['detail']}")
+        parts += [p["detail"] for p in self.p2p[:4]]
         return f"{where}: " + ("; ".join(parts) if parts else f"blocked at {self.op} #{self.seq}")
 
 
@@ -101,19 +109,23 @@ class _Config:
     by_name: dict[str, set[int]]
     unnamed: set[int]
     unnamed_descs: set[str]
+    ordered: dict[str, tuple[int, ...]]  # group-local rank i is ordered[name][i]
 
     @classmethod
     def of(cls, dumps: Iterable[FRDump]) -> _Config:
         by_name: dict[str, set[int]] = {}
         unnamed: set[int] = set()
         descs: set[str] = set()
+        ordered: dict[str, tuple[int, ...]] = {}
         for d in dumps:
             for name, (_desc, ranks) in d.pg_config.items():
                 by_name.setdefault(name, set()).update(ranks)
+                if len(ranks) > len(ordered.get(name, ())):
+                    ordered[name] = tuple(ranks)
             if len(d.pg_config) == 1 and "" in d.pg_config:
                 unnamed.update(d.pg_config[""][1])
                 descs.add(d.pg_config[""][0])
-        return cls(by_name, unnamed, descs)
+        return cls(by_name, unnamed, descs, ordered)
 
     def members(self, name: str, desc: str, seen: set[int]) -> tuple[int, ...]:
         ranks = self.by_name.get(name) if name else None
@@ -176,6 +188,40 @@ def _mismatch(by_rank: dict[int, list[FREntry]], minor: int) -> dict[str, Any] |
     return None
 
 
+_P2P_OP = re.compile(r"^(send|recv)\s+(\d+)\s*(->|<-)\s*(\d+)")
+
+
+def _unmatched_p2p(by_rank: dict[int, list[FREntry]], order: tuple[int, ...], dumped: set[int]) -> list[dict[str, Any]]:
+    """Pending sends and receives whose peer never posted the matching op, one record per direction."""
+    sends: dict[tuple[int, int], list[FREntry]] = {}
+    recvs: dict[tuple[int, int], list[FREntry]] = {}
+    for rank, entries in by_rank.items():
+        for e in entries:
+            m = _P2P_OP.match(e.op) if e.is_p2p or e.op.startswith(("send", "recv")) else None
+            if m is None or int(m.group(4)) >= len(order):
+                continue
+            peer = order[int(m.group(4))]
+            if m.group(1) == "send":
+                sends.setdefault((rank, peer), []).append(e)
+            else:
+                recvs.setdefault((peer, rank), []).append(e)
+    out = []
+    for src, dst in sorted(set(sends) | set(recvs)):
+        pending_send = [e for e in sends.get((src, dst), []) if not e.completed]
+        pending_recv = [e for e in recvs.get((src, dst), []) if not e.completed]
+        if pending_send and not pending_recv and dst in dumped:
+            waiting, missing, kind, head = src, dst, "recv", pending_send[0]
+            detail = f"rank {src} waits on a send to rank {dst}, which never posted the matching recv"
+        elif pending_recv and not pending_send and src in dumped:
+            waiting, missing, kind, head = dst, src, "send", pending_recv[0]
+            detail = f"rank {dst} waits on a recv from rank {src}, which never posted the matching send"
+        else:
+            continue
+        out.append({"waiting": waiting, "missing": missing, "missing_op": kind, "pending": max(
+            len(pending_send), len(pending_recv)), "sizes": _lists(head.input_sizes), "detail": detail})
+    return out
+
+
 def _analyze_group(
     dumps: dict[int, FRDump], name: str, desc: str, group: dict[int, list[FREntry]], config: _Config, minor: int
 ) -> PGFinding | None:
@@ -195,11 +241,16 @@ def _analyze_group(
             enq[r], done[r] = e, c
     mismatch = _mismatch({r: by_rank[r] for r in members if r in by_rank}, minor)
     missing = tuple(r for r in members if r not in dumps)
+    p2p = _unmatched_p2p(by_rank, config.ordered.get(name) or members, set(dumps))
     if not enq:
-        return None
+        if not p2p:
+            return None
+        return PGFinding(pg=name, desc=desc, members=members, seq=None, op=None, p2p=tuple(p2p),
+                         first_created_ns=min((e.time_created_ns or 0 for es in by_rank.values() for e in es
+                                               if e.is_p2p and not e.completed), default=None) or None)
     first_open = min(done.values()) + 1
     top = max(enq.values())
-    if top < first_open and not mismatch:
+    if top < first_open and not mismatch and not p2p:
         return None  # everything issued was completed everywhere
     at_seq = [e for es in by_rank.values() for e in es if e.seq == first_open and not e.is_p2p]
     head = min(at_seq, key=lambda e: e.time_created_ns or 0) if at_seq else None
@@ -216,6 +267,7 @@ def _analyze_group(
         missing_dumps=missing if top >= first_open else (),
         blocked=tuple(sorted(r for r in enq if enq[r] > done[r])),
         mismatch=mismatch,
+        p2p=tuple(p2p),
         last_enqueued=enq,
         last_completed=done,
         first_created_ns=head.time_created_ns if head else None,
@@ -223,8 +275,8 @@ def _analyze_group(
 
 
 def _culprits(findings: Sequence[PGFinding]) -> tuple[int, ...]:
-    blocked = {r for f in findings for r in f.blocked}
-    never = {r for f in findings for r in f.never_joined}
+    blocked = {r for f in findings for r in f.blocked} | {p["waiting"] for f in findings for p in f.p2p}
+    never = {r for f in findings for r in f.never_joined} | {p["missing"] for f in findings for p in f.p2p}
     free = never - blocked
     if free:
         return tuple(sorted(free))

@@ -67,6 +67,7 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         lines += [f"- group {f['pg']} ({f['desc'] or '-'}): {f['op']} #{f['seq']}, never joined "
                   f"{f['never_joined'] or '-'}, behind {f['behind'] or '-'}, no dump {f['missing_dumps'] or '-'}"
                   + (f", mismatch {f['mismatch']['type']} at #{f['mismatch']['seq']}" if f.get("mismatch") else "")
+                  + "".join(f"; {p['detail']}" for p in (f.get("p2p") or [])[:4])
                   for f in fr["findings"]]  # fmt: skip
     if report.get("timeline"):
         lines += ["", "## Timeline", "", "| time | kind | node | rank | detail |", "|---|---|---|---|---|"]

@@ -145,7 +145,8 @@ def _causes(f: Findings, record_time: dict[int, float]) -> list[_Cause]:
             (f"{p.node}:{p.gpu}",) if p.gpu else (),
         ))  # fmt: skip
     if f.fr is not None and f.fr.culprits:
-        named = [g for g in f.fr.findings if set(g.never_joined) & set(f.fr.culprits)] or list(f.fr.findings)
+        named = [g for g in f.fr.findings
+                 if ({*g.never_joined} | {p["missing"] for p in g.p2p}) & set(f.fr.culprits)] or list(f.fr.findings)
         head = named[0] if named else None
         text = f"flight recorder: ranks {list(f.fr.culprits)} hung; " + "; ".join(g.text() for g in named[:3])
         when = head.first_created_ns / 1e9 if head and head.first_created_ns else None
