@@ -4,11 +4,16 @@ Ranks register through the SPANK plugin (task_post_fork, task_exit) or themselve
 API (w.hello). The agent watches their PIDs, applies the hang deadlines, and on a hang collects stacks
 and flight-recorder dumps before SIGCONT, SIGTERM and SIGKILL. Every finding goes to the launcher
 over TCP in authenticated frames.
+
+Started by the launcher (user mode) it knows the launcher and the job token from its arguments. Started
+by the Prolog (site mode, `--site`) it listens on its socket and waits until `nvrx-hpc run` attaches it
+(`nvrx_hpc.agent.site.attach`): the attach request carries the launcher's address and the token file.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -34,9 +39,9 @@ class AgentSettings:
     node: str
     job: str
     socket_path: Path
-    launcher_host: str
-    launcher_port: int
-    token: bytes
+    launcher_host: str | None  # None: a site agent, waiting to be attached
+    launcher_port: int | None
+    token: bytes | None
     poll_s: float = 0.1
     status_s: float = 1.0
     dump_wait_s: float = 1.0
@@ -48,7 +53,7 @@ class AgentSettings:
 class Agent:
     def __init__(self, settings: AgentSettings) -> None:
         self.s = settings
-        self.codec = Codec(settings.token)
+        self.codec: Codec | None = Codec(settings.token) if settings.token else None
         self.registry = Registry()
         self.timeouts = Timeouts()
         self.restored_heartbeat: float | None = None
@@ -57,9 +62,36 @@ class Agent:
         self._writer: asyncio.StreamWriter | None = None
         self._stop = asyncio.Event()
         self._killing: set[int] = set()
+        self._attached = asyncio.Event()
+        site = settings.launcher_host is None
         self.server = RankSocketServer(
-            settings.socket_path, self.codec, self._on_spank, self._on_worker, self._on_worker_gone
+            settings.socket_path, self.codec, self._on_spank, self._on_worker, self._on_worker_gone,
+            on_attach=self._on_attach if site else None,
         )
+
+    # ------------------------------------------------------------------ site mode: attach
+
+    def _on_attach(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The launcher's attach request (from the job's user, checked by the server): where and with what
+        token to report. A second attach while attached is refused; one job has one launcher at a time."""
+        from nvrx_hpc.core.wire import load_token
+
+        if self._attached.is_set():
+            return {"ok": False, "error": f"already attached to {self.s.launcher_host}:{self.s.launcher_port}"}
+        host, sep, port = str(request.get("launcher", "")).rpartition(":")
+        if not sep or not host or not port.isdigit():
+            return {"ok": False, "error": f"launcher {request.get('launcher')!r} is not HOST:PORT"}
+        try:
+            token = load_token(Path(str(request.get("token_file", ""))))
+            health = float(request.get("health_interval", 0.0) or 0.0)
+        except (ProtocolError, ValueError, TypeError) as exc:
+            return {"ok": False, "error": str(getattr(exc, "message", exc))}
+        self.s = dataclasses.replace(self.s, launcher_host=host, launcher_port=int(port), token=token,
+                                     health_interval_s=max(0.0, health))
+        self.codec = self.server.codec = Codec(token)
+        self._attached.set()
+        log.info("[%s] attached to the launcher at %s:%s", self.s.node, host, port)
+        return {"ok": True, "pid": os.getpid(), "node": self.s.node}
 
     # ------------------------------------------------------------------ launcher link
 
@@ -292,6 +324,17 @@ class Agent:
 
     async def run(self) -> int:
         await self.server.start()
+        if self.codec is None:
+            stop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                stop.add_signal_handler(signum, self._stop.set)
+            log.info("[%s] site agent on %s: waiting for `nvrx-hpc run` to attach", self.s.node, self.s.socket_path)
+            waiter = asyncio.ensure_future(self._attached.wait())
+            await asyncio.wait([waiter, asyncio.ensure_future(self._stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+            if not self._attached.is_set():  # the Epilog stopped an agent nobody attached
+                waiter.cancel()
+                await self.server.close()
+                return 0
         reader, self._writer = await self._connect()
         self._report("ag.hello", pid=os.getpid(), socket=str(self.s.socket_path))
         loop = asyncio.get_running_loop()

@@ -2,11 +2,16 @@
 
 The first byte tells them apart: the plugin's lines start with `{`, a wire frame starts with the
 high byte of its 4-byte length, which is 0 for any frame under 16 MiB.
+
+An agent started by the Prolog (site mode) has no job token until the launcher attaches it: a JSON line
+`{"type": "nvrx.attach", ...}` from a process of the agent's own user (or root), answered with one JSON
+line. Until then worker frames are refused.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -41,13 +46,23 @@ class WorkerLink:
             log.debug("cannot send %s to rank pid %s: %s", msg.get("type"), self.peer_pid, exc)
 
 
-def _peer_pid(writer: asyncio.StreamWriter) -> int | None:
+def _peer_creds(writer: asyncio.StreamWriter) -> tuple[int, int] | None:
+    """(pid, uid) of the process at the other end, from the kernel."""
     sock = writer.get_extra_info("socket")
     try:
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        return struct.unpack("3i", creds)[0]
+        pid, uid, _gid = struct.unpack("3i", creds)
+        return pid, uid
     except (OSError, AttributeError):
         return None
+
+
+def _peer_pid(writer: asyncio.StreamWriter) -> int | None:
+    creds = _peer_creds(writer)
+    return None if creds is None else creds[0]
+
+
+AttachHandler = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class RankSocketServer:
@@ -56,13 +71,15 @@ class RankSocketServer:
     def __init__(
         self,
         path: Path,
-        codec: Codec,
+        codec: Codec | None,
         on_spank: Callable[[Any], None],
         on_worker: Callable[[dict, WorkerLink], Awaitable[None] | None],
         on_worker_gone: Callable[[WorkerLink], None],
+        on_attach: AttachHandler | None = None,
     ) -> None:
         self.path = Path(path)
-        self.codec = codec
+        self.codec = codec  # None until a site agent is attached
+        self._on_attach = on_attach
         self._on_spank = on_spank
         self._on_worker = on_worker
         self._on_worker_gone = on_worker_gone
@@ -100,7 +117,7 @@ class RankSocketServer:
             if not first:
                 return
             if first == b"{":
-                await self._serve_spank(first, reader)
+                await self._serve_spank(first, reader, writer)
             else:
                 await self._serve_worker(first, reader, writer)
         except (asyncio.TimeoutError, ConnectionError):
@@ -109,18 +126,42 @@ class RankSocketServer:
             self._connections -= 1
             writer.close()
 
-    async def _serve_spank(self, first: bytes, reader: asyncio.StreamReader) -> None:
+    async def _serve_spank(self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         data = first + await asyncio.wait_for(reader.read(MAX_LINE_BYTES + 1), timeout=5)
         for line in data.splitlines():
             if not line.strip():
                 continue
+            if b'"nvrx.attach"' in line:
+                await self._serve_attach(line, writer)
+                return
             try:
                 self._on_spank(parse_spank_line(line))
             except ProtocolError as exc:
                 self.rejected += 1
                 log.warning("rejected a SPANK message: %s", exc.message)
 
+    async def _serve_attach(self, line: bytes, writer: asyncio.StreamWriter) -> None:
+        creds = _peer_creds(writer)
+        if self._on_attach is None:
+            reply = {"ok": False, "error": "this agent was started with its launcher already set"}
+        elif creds is None or creds[1] not in (0, os.getuid()):
+            self.rejected += 1
+            reply = {"ok": False, "error": f"attach refused: peer uid {creds and creds[1]} is not the job's user"}
+            log.warning("refused an attach request from uid %s", creds and creds[1])
+        else:
+            try:
+                request = json.loads(line)
+                reply = self._on_attach(request if isinstance(request, dict) else {})
+            except (ValueError, ProtocolError) as exc:
+                reply = {"ok": False, "error": f"bad attach request: {getattr(exc, 'message', exc)}"}
+        writer.write(json.dumps(reply).encode() + b"\n")
+        await asyncio.wait_for(writer.drain(), timeout=5)
+
     async def _serve_worker(self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.codec is None:  # a site agent not attached yet has no token to check frames with
+            self.rejected += 1
+            log.warning("refused a rank connection: the agent is not attached to a launcher yet")
+            return
         link = WorkerLink(writer, self.codec, _peer_pid(writer))
         frames = FrameReader(self.codec)
         data = first

@@ -5,6 +5,10 @@ context (job, node, user, exit codes, the SPANK_* variables our plugin passed) a
 what the health gate decided (see `nvrx_hpc.health.gate`). After a failed job the Epilog also
 starts the detached attribution of the job's run directory (`nvrx_hpc.attribution.trigger`).
 
+For a job submitted with `--nvrx` (the SPANK plugin passes SPANK_NVRX_ENABLED=1) on a node the gate
+passed, the Prolog also starts the job's node agent (site mode, `nvrx_hpc.agent.site`), and the Epilog
+stops it; the record says so under `site_agent`.
+
 They fail open: whatever goes wrong inside nvrx-hpc, they exit 0, because a non-zero Prolog drains
 the node. Only a completed check that judged the node fatal makes the Prolog exit non-zero (94),
 after it drained the node with an `nvrx:` reason, so that Slurm requeues the job on other nodes.
@@ -70,7 +74,10 @@ def _run_hook(kind: str, dry_run: bool = False) -> int:
             full = {**outcome.to_dict(), "report": outcome.report.to_dict() if outcome.report else None}
             sys.stdout.write(json.dumps(full, indent=2, default=str) + "\n")
         elif kind == "epilog":
+            record["site_agent"] = _site_agent("epilog", env)
             _trigger_attribution(env)
+        elif code == 0 and env.get("SPANK_NVRX_ENABLED") == "1":
+            record["site_agent"] = _site_agent("prolog", env)
     except Exception as exc:  # fail open: a hook bug must never drain a node
         log.exception("[job %s] %s failed inside nvrx-hpc; exiting 0", env.get("SLURM_JOB_ID", "?"), kind)
         record["health"] = {"action": "error", "exit_code": 0, "detail": f"{type(exc).__name__}: {exc}"}
@@ -87,6 +94,19 @@ def _run_hook(kind: str, dry_run: bool = False) -> int:
         logging.shutdown()
         os._exit(code)
     return code
+
+
+def _site_agent(kind: str, env: dict[str, str]) -> dict | None:
+    """Start (Prolog) or stop (Epilog) this node's site agent for the job; a failure is recorded, not raised."""
+    try:
+        from nvrx_hpc.agent.site import start_site_agent, stop_site_agent
+        from nvrx_hpc.core.config import load_config
+
+        config = load_config().config
+        return start_site_agent(env, config) if kind == "prolog" else stop_site_agent(env, config)
+    except Exception as exc:  # fail open: the launcher starts its own agent where none answers
+        log.warning("[job %s] %s: site agent: %s", env.get("SLURM_JOB_ID", "?"), kind, exc)
+        return {"error": f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"}
 
 
 def _trigger_attribution(env: dict[str, str]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import typer
 from nvrx_hpc.cli._output import print_json, print_table
 from nvrx_hpc.core.config import load_config
 from nvrx_hpc.core.errors import ConfigError, NvrxError
+from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.core.templates import expand_percent
 from nvrx_hpc.core.wire import load_token
 from nvrx_hpc.slurm.api import JobContext
@@ -78,6 +80,7 @@ def register(app: typer.Typer) -> None:
             mode=mode,
             stop_grace_s=stop_grace,
             health_interval_s=health_interval,
+            agent_socket=config.agent.socket,
         )
         settings.validate(len(ctx.node_list))  # before anything starts
         runner = CommandRunner(default_timeout=config.slurm.command_timeout_s)
@@ -89,29 +92,62 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def agent(
-        launcher: str = typer.Option(..., "--launcher", help="HOST:PORT of the launcher."),
-        token_file: Path = typer.Option(..., "--token-file", help="The job's token file (mode 0600)."),
+        launcher: str | None = typer.Option(None, "--launcher", help="HOST:PORT of the launcher."),
+        token_file: Path | None = typer.Option(None, "--token-file", help="The job's token file (mode 0600)."),
         socket: str = typer.Option(..., "--socket", help="Unix socket path; %n node, %j job."),
         node: str | None = typer.Option(None, "--node", help="This node's Slurm name [$SLURMD_NODENAME]."),
         health_interval: float = typer.Option(0.0, "--health-interval", min=0, help="Health loop period (0: off)."),
         metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics here."),
+        site: bool = typer.Option(False, "--site", help="Started by the Prolog: wait for `nvrx-hpc run` to attach."),
     ) -> None:
-        """The node agent (started by `nvrx-hpc run`, one per node per job)."""
+        """The node agent (one per node per job): started by `nvrx-hpc run`, or by the Prolog with --site."""
         from nvrx_hpc.agent.daemon import Agent, AgentSettings
 
         node = node or os.environ.get("SLURMD_NODENAME")
         job = os.environ.get("SLURM_JOB_ID", "")
         if not node:
             raise ConfigError("no node name: pass --node or run inside a Slurm step (SLURMD_NODENAME)")
-        host, sep, port = launcher.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ConfigError(f"--launcher {launcher!r} must be HOST:PORT")
+        if site == (launcher is not None or token_file is not None):
+            raise ConfigError("give either --site, or --launcher and --token-file")
+        host, port, token = None, None, None
+        if site:  # its log (beside the socket, kept by the Epilog's record) is all an admin will see of it
+            logging.getLogger("nvrx_hpc").setLevel(logging.INFO)
+        else:
+            if launcher is None or token_file is None:
+                raise ConfigError("--launcher and --token-file go together")
+            host, sep, port_text = launcher.rpartition(":")
+            if not sep or not port_text.isdigit():
+                raise ConfigError(f"--launcher {launcher!r} must be HOST:PORT")
+            port, token = int(port_text), load_token(token_file)
         settings = AgentSettings(
             node=node, job=job, socket_path=Path(expand_percent(socket, job_id=job, node=node)),
-            launcher_host=host, launcher_port=int(port), token=load_token(token_file),
+            launcher_host=host, launcher_port=port, token=token,
             health_interval_s=health_interval, metrics_port=metrics_port,
         )
         raise typer.Exit(asyncio.run(Agent(settings).run()))
+
+    @app.command("agent-attach", hidden=True)
+    def agent_attach(
+        launcher: str = typer.Option(..., "--launcher", help="HOST:PORT of the launcher."),
+        token_file: Path = typer.Option(..., "--token-file", help="The job's token file."),
+        socket: str = typer.Option(..., "--socket", help="The site agents' socket template; %n node, %j job."),
+        health_interval: float = typer.Option(0.0, "--health-interval", min=0, help="Health loop period (0: off)."),
+        wait: float = typer.Option(30.0, "--wait", min=0, help="Seconds to wait for the agent to listen."),
+    ) -> None:
+        """Run by `nvrx-hpc run --mode site` on every node: attach the agent the Prolog started."""
+        from nvrx_hpc.agent.site import SiteAgentFiles, attach
+
+        node = os.environ.get("SLURMD_NODENAME", "")
+        job = os.environ.get("SLURM_JOB_ID", "")
+        if not node or not job:
+            raise ConfigError("agent-attach runs inside a Slurm step (SLURMD_NODENAME, SLURM_JOB_ID)")
+        path = Path(expand_percent(socket, job_id=job, node=node))
+        try:
+            answer = attach(path, launcher, token_file, health_interval, wait, SiteAgentFiles.at(path, node).pid_file)
+        except NvrxError as exc:
+            typer.echo(f"nvrx-attach {node} missing: {exc.message}")
+            raise typer.Exit(int(ExitCode.UNAVAILABLE)) from None
+        typer.echo(f"nvrx-attach {node} attached pid={answer.get('pid')}")
 
     @app.command()
     def status(

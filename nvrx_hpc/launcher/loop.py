@@ -9,11 +9,13 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import time
 from pathlib import Path
 
+from nvrx_hpc.agent.site import ATTACH_WAIT_S
 from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
@@ -24,12 +26,23 @@ from nvrx_hpc.launcher.policy import Action, Attempt, Outcome, RestartPolicy
 from nvrx_hpc.launcher.pool import NodePool
 from nvrx_hpc.launcher.settings import RunSettings
 from nvrx_hpc.launcher.status import write_status
-from nvrx_hpc.launcher.steps import SrunStep, StepSpec, agent_step_argv, srun_has_nvrx, training_step_argv
+from nvrx_hpc.launcher.steps import (
+    SrunStep,
+    StepSpec,
+    agent_step_argv,
+    attach_step_argv,
+    srun_has_nvrx,
+    training_step_argv,
+)
 from nvrx_hpc.slurm.api import JobContext, SlurmBackend
-from nvrx_hpc.slurm.hostlist import sort_hosts
+from nvrx_hpc.slurm.hostlist import compress, sort_hosts
 from nvrx_hpc.slurm.runner import CommandRunner
 
 __all__ = ["Launcher"]
+
+# What `nvrx-hpc agent-attach` prints on each node.
+_ATTACHED = re.compile(r"^nvrx-attach (\S+) attached pid=(\d+)", re.M)
+_MISSING = re.compile(r"^nvrx-attach (\S+) missing: (.*)$", re.M)
 
 log = logging.getLogger(__name__)
 
@@ -109,14 +122,18 @@ class Launcher:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGUSR1, self._on_time_limit_warning)
         env = {**os.environ, "NVRX_TOKEN_FILE": str(self.run_dir / "token"), "NVRX_RUN_DIR": str(self.run_dir)}
-        socket_template = f"/tmp/nvrx-{os.getuid()}-{self.ctx.job_id}/agent-%n.sock"
-        agent_args = [
+        site = self.s.mode == "site"
+        socket_template = self.s.agent_socket if site else f"/tmp/nvrx-{os.getuid()}-{self.ctx.job_id}/agent-%n.sock"
+        link_args = [
             "--launcher", f"{self._advertise_host()}:{port}", "--token-file", str(self.run_dir / "token"),
             "--socket", socket_template, "--health-interval", str(self.s.health_interval_s),
         ]  # fmt: skip
         all_nodes = self.pool.active + self.pool.spares
-        agents = SrunStep(agent_step_argv(all_nodes, self.run_dir / "logs" / "agents.log", agent_args), env)
-        await agents.start()
+        found = await self._attach_site_agents(all_nodes, link_args, env) if site else []
+        own = [n for n in all_nodes if n not in found]  # user mode, or a node whose Prolog started none
+        agents = SrunStep(agent_step_argv(own, self.run_dir / "logs" / "agents.log", link_args), env) if own else None
+        if agents is not None:
+            await agents.start()
         status_task = loop.create_task(self._status_loop())
         try:
             missing = await self.hub.wait_for_agents(all_nodes, self.s.agent_timeout_s)
@@ -127,11 +144,36 @@ class Launcher:
             status_task.cancel()
             self.hub.broadcast("la.shutdown")
             await asyncio.sleep(0.2)
-            await agents.stop(3.0)
+            if agents is not None:
+                await agents.stop(3.0)
             await self.hub.close()
             self._write_state()
             self._publish_status(final=True)
         return code
+
+    async def _attach_site_agents(self, nodes: list[str], link_args: list[str], env: dict[str, str]) -> list[str]:
+        """Site mode: attach the agents the Prolog started (jobs submitted with --nvrx); the nodes attached."""
+        argv = attach_step_argv(nodes, [*link_args, "--wait", f"{ATTACH_WAIT_S:g}"])
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), ATTACH_WAIT_S + 30)
+        except asyncio.TimeoutError:
+            proc.kill()
+            out, err = b"", b"the attach step did not finish"
+        text = out.decode(errors="replace")
+        pids = {m.group(1): int(m.group(2)) for m in _ATTACHED.finditer(text) if m.group(1) in nodes}
+        attached = sorted(pids)
+        missing = [n for n in nodes if n not in pids]
+        why = {m.group(1): m.group(2) for m in _MISSING.finditer(text)}
+        self.events.emit(
+            "launcher.agents.site", reason="attached the agents the Prolog started" if not missing else
+            f"no site agent on {compress(missing)}; starting agents there", attached=pids, missing=missing,
+            why={n: why.get(n, err.decode(errors='replace')[-300:]) for n in missing},
+        )  # fmt: skip
+        return attached
 
     async def _attempts(self, env: dict[str, str], socket_template: str) -> ExitCode:
         plugin = srun_has_nvrx(self.runner)

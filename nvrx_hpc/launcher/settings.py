@@ -30,6 +30,7 @@ class RunSettings:
     agent_timeout_s: float = 30.0
     master_port_base: int = 29500
     health_interval_s: float = 30.0  # the agents' health loop; 0 turns it off
+    agent_socket: str = "/run/nvrx/%j/agent-%n.sock"  # site mode: where the Prolog-started agents listen
     comm_sections: frozenset[str] = COMM_SECTIONS
 
     def validate(self, allocated_nodes: int) -> None:

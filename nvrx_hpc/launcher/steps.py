@@ -39,6 +39,15 @@ def agent_step_argv(nodes: list[str], output: Path, agent_args: list[str]) -> li
     ]  # fmt: skip
 
 
+def attach_step_argv(nodes: list[str], attach_args: list[str]) -> list[str]:
+    """One `nvrx-hpc agent-attach` per node: hands the Prolog-started agents the launcher and the token."""
+    return [
+        "srun", "--overlap", f"--nodes={len(nodes)}", f"--nodelist={compress(nodes)}", "--ntasks-per-node=1",
+        f"--ntasks={len(nodes)}", "--kill-on-bad-exit=0", "--job-name=nvrx-attach", "--quiet", "--unbuffered",
+        sys.executable, "-m", "nvrx_hpc", "agent-attach", *attach_args,
+    ]  # fmt: skip
+
+
 def training_step_argv(spec: StepSpec) -> list[str]:
     argv = [
         "srun", "--overlap", f"--nodes={len(spec.nodes)}", f"--nodelist={compress(spec.nodes)}",

@@ -27,7 +27,8 @@ SLOW = "slow:step=3"
 
 
 def _submit(cluster, tmp_path: Path, name: str, *, nodes: int, spares: int, fault: str | None = None,
-            run_args: tuple[str, ...] = (), train_args: tuple[str, ...] = (), env_line: str = "") -> tuple[str, Path]:
+            run_args: tuple[str, ...] = (), train_args: tuple[str, ...] = (), env_line: str = "",
+            sbatch_args: tuple[str, ...] = ()) -> tuple[str, Path]:
     run_dir = tmp_path / name
     script = tmp_path / f"{name}.sh"
     env_line += f"export NVRX_TEST_FAULT={fault}\n" if fault else ""
@@ -40,7 +41,7 @@ def _submit(cluster, tmp_path: Path, name: str, *, nodes: int, spares: int, faul
     script.write_text("#!/bin/bash\n" + env_line + "exec " + " ".join(f"'{a}'" for a in argv) + "\n")
     done = cluster.run(
         ["sbatch", "--parsable", f"--nodes={nodes + spares}", "--ntasks-per-node=2", "--time=5", "--no-kill",
-         f"--output={tmp_path / name}.out", str(script)], timeout=30,
+         f"--output={tmp_path / name}.out", *sbatch_args, str(script)], timeout=30,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().split(";")[0], run_dir
@@ -149,9 +150,11 @@ def test_f11_failure_without_progress_stops_with_do_not_requeue(cluster, tmp_pat
     assert _kinds(run_dir).count("launcher.step.started") == 3
 
 
-def test_site_mode_drains_the_culprit_with_an_nvrx_reason(cluster, tmp_path, baseline):
+def test_site_mode_attaches_the_prolog_agents_and_drains_the_culprit(cluster, tmp_path, baseline):
+    """sbatch --nvrx: each node's Prolog starts the job's agent, `nvrx-hpc run --mode site` attaches them,
+    drains the culprit with an `nvrx:` reason, and each Epilog stops its agent."""
     job, run_dir = _submit(cluster, tmp_path, "site", nodes=2, spares=1, fault="exit:rank=0:step=5:code=3",
-                           run_args=("--mode", "site"))
+                           run_args=("--mode", "site"), sbatch_args=("--nvrx",))
     try:
         assert _wait(cluster, job)["state"] == "COMPLETED", (tmp_path / "site.out").read_text()
         culprit = _culprit(run_dir)
@@ -160,6 +163,44 @@ def test_site_mode_drains_the_culprit_with_an_nvrx_reason(cluster, tmp_path, bas
         assert _hash(run_dir) == baseline
     finally:
         cluster.dev.backend.resume(["n1", "n2", "n3"])
+    site = next(e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "launcher.agents.site")
+    assert sorted(site["detail"]["attached"]) == ["n1", "n2", "n3"] and site["detail"]["missing"] == []
+    records = _hook_records(cluster, job)
+    started = {r["node"]: r["site_agent"]["pid"] for r in records if r["hook"] == "prolog"}
+    assert started == site["detail"]["attached"], "the launcher attached other agents than the Prologs started"
+    deadline = time.monotonic() + 30  # the Epilogs run after the job's end
+    while len([r for r in _hook_records(cluster, job) if r["hook"] == "epilog"]) < 3:
+        assert time.monotonic() < deadline, _hook_records(cluster, job)
+        time.sleep(0.5)
+    for record in (r for r in _hook_records(cluster, job) if r["hook"] == "epilog"):
+        assert record["site_agent"]["pid"] == started[record["node"]]
+        assert record["site_agent"]["outcome"] in ("stopped", "gone"), record
+        assert _ended(started[record["node"]])
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie its new parent has not reaped yet."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_site_mode_without_prolog_agents_starts_its_own(cluster, tmp_path, baseline):
+    """--mode site for a job submitted without --nvrx: no Prolog started agents, so the launcher does."""
+    job, run_dir = _submit(cluster, tmp_path, "site-own", nodes=2, spares=0, run_args=("--mode", "site"))
+    assert _wait(cluster, job)["state"] == "COMPLETED", (tmp_path / "site-own.out").read_text()
+    site = next(e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "launcher.agents.site")
+    missing = site["detail"]["missing"]
+    assert site["detail"]["attached"] == {} and len(missing) == 2
+    assert all("the Prolog started no agent" in site["detail"]["why"][n] for n in missing)
+    assert _hash(run_dir) == baseline
+
+
+def _hook_records(cluster, job: str) -> list[dict]:
+    path = cluster.state_dir / "log" / "hooks.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [r for r in map(json.loads, lines) if r.get("job") == str(job)]
 
 
 def test_f5_sim_xid79_during_a_run_excludes_the_node(cluster, tmp_path, baseline):

@@ -38,7 +38,13 @@ def client_env(layout: Layout) -> dict[str, str]:
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
         "GLOO_SOCKET_IFNAME": "lo",
         "NVRX_CLUSTER__STATE_DIR": str(layout.root),
+        "NVRX_AGENT__SOCKET": agent_socket_template(layout),  # where site agents listen (site mode)
     }
+
+
+def agent_socket_template(layout: Layout) -> str:
+    """The site agents' socket: the plugstack's agent_socket, the Prolog's and the launcher's agent.socket."""
+    return f"{layout.root}/run/%n/agent-%j.sock"
 
 
 def spec_to_json(spec: DevClusterSpec) -> str:
@@ -74,6 +80,7 @@ def _hook_wrapper(kind: str, layout: Layout) -> str:
         # No GPUs here: the health gate reads simulated GPUs and the faults injected under gpu-faults/.
         "NVRX_HEALTH__GPU_BACKEND": "sim",
         "NVRX_AGENT__BB_DIR": str(layout.root / "bb" / "%n" / "%j"),  # the same per-node dirs as plugstack
+        "NVRX_AGENT__SOCKET": agent_socket_template(layout),
     }
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return (
@@ -87,7 +94,7 @@ def _hook_wrapper(kind: str, layout: Layout) -> str:
 def _plugstack_line(spec: DevClusterSpec, layout: Layout) -> str:
     # `required`: a misconfigured plugin must stop jobs loudly; at run time it fails open by itself.
     args = [
-        f"agent_socket={layout.root}/run/%n/agent-%j.sock",
+        f"agent_socket={agent_socket_template(layout)}",
         f"bb_dir={layout.root}/bb/%n/%j",
         "timeout_ms=500",
         "default=off",
