@@ -29,6 +29,7 @@ def _command(submit: bool) -> Callable[..., None]:
         initial_timeout: float | None = typer.Option(None, "--initial-timeout", help="Seconds to the first heartbeat."),
         signal_grace: int = typer.Option(60, "--signal-grace", help="Seconds before the time limit for USR1."),
         python: str = typer.Option(sys.executable, "--python", help="Interpreter that runs nvrx-hpc on the nodes."),
+        mode: str = typer.Option("user", "--mode", help="user, or site: sbatch --nvrx and the Prolog's agents."),
         template: Path | None = typer.Option(None, "--template", help="jinja2 template [pytorch.sbatch.j2]."),
     ) -> None:
         from nvrx_hpc.launcher.sbatch import build_vars, render_script
@@ -37,7 +38,7 @@ def _command(submit: bool) -> Callable[..., None]:
             nodes=nodes, spares=spares, tasks_per_node=tasks_per_node, time=time, partition=partition,
             job_name=job_name, run_dir=run_dir, command=list(command or []), max_restarts=max_restarts,
             min_nodes=min_nodes, heartbeat_timeout=heartbeat_timeout, initial_timeout=initial_timeout,
-            signal_grace=signal_grace, python=python,
+            signal_grace=signal_grace, python=python, mode=mode,
         )  # fmt: skip
         script = render_script(variables, template)
         if not submit:

@@ -13,7 +13,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
@@ -93,6 +93,7 @@ class SbatchVars(BaseModel):
     heartbeat_timeout: Annotated[float | None, Field(gt=0, description="seconds between heartbeats")] = None
     initial_timeout: Annotated[float | None, Field(gt=0, description="seconds to the first heartbeat")] = None
     python: Annotated[str, Field(min_length=1, description="interpreter that runs `-m nvrx_hpc run`")] = sys.executable
+    mode: Annotated[Literal["user", "site"], Field(description="site: sbatch --nvrx, run --mode site")] = "user"
 
     @field_validator("run_dir")
     @classmethod

@@ -26,6 +26,8 @@ CASES = {
         run_dir="/scratch/runs/exp 2", command=["torchrun-free", "train.py", "--lr", "3e-4", "--name", "it's"],
         max_restarts=5, min_nodes=3, heartbeat_timeout=120, initial_timeout=900.5, signal_grace=300, python=PY,
     ),
+    "site": dict(nodes=2, spares=1, run_dir="/scratch/runs/exp3", command=["python", "train.py"], python=PY,
+                 mode="site"),
 }
 
 
