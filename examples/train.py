@@ -22,9 +22,12 @@ Fault injection for tests: NVRX_TEST_FAULT, a comma-separated list of
   stuck:rank=R:step=S        sleep forever right before step S's all-reduce (no heartbeats; the others
                              wait inside the collective)
   noprogress:step=S          every rank of every restart SIGKILLs itself at the start of step S
+  raise:rank=R:step=S        raise a Python exception (ValueError) at the start of step S, on every
+                             attempt: a bug in the training, which no restart can fix
   slow:step=S                every rank takes one more second per step from step S on (gives a test
                              that injects a fault from outside the time to do it before the end)
-each acted on only when NVRX_RESTART_COUNT equals its `restart=K` (default 0); noprogress ignores it.
+each acted on only when NVRX_RESTART_COUNT equals its `restart=K` (default 0); noprogress and raise
+ignore it.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from nvrx_hpc import worker
 
 IN, HIDDEN, OUT, BATCH, LR, SEED = 16, 32, 4, 8, 0.05, 1234
 _CKPT = re.compile(r"^step-(\d+)\.pt$")
-_FAULT_KINDS = {"crash", "exit", "hang", "stuck", "noprogress", "slow"}
+_FAULT_KINDS = {"crash", "exit", "hang", "stuck", "noprogress", "slow", "raise"}
 _ALL_RANKS = {"noprogress", "slow"}  # kinds that need no rank=R
 
 
@@ -86,6 +89,8 @@ class Fault:
             return False
         if kind == "noprogress":
             return True
+        if kind == "raise":  # a bug: every attempt meets it
+            return self.rank == rank
         return (kind == "slow" or self.rank == rank) and self.restart == restart
 
 
@@ -199,6 +204,8 @@ def inject(faults: list[Fault], kind: str, rank: int, step: int, restart: int) -
                 time.sleep(3600)
         elif kind == "slow":
             time.sleep(1.0)
+        elif kind == "raise":
+            raise ValueError(f"batch {step} on rank {rank} has a label outside the model's range (injected bug)")
 
 
 def train(args: argparse.Namespace, faults: list[Fault]) -> int:
@@ -217,7 +224,7 @@ def train(args: argparse.Namespace, faults: list[Fault]) -> int:
         print(f"nvrx-train rank={rank} resumed from step {start}", flush=True)
     for step in range(start + 1, args.steps + 1):
         worker.heartbeat()
-        for kind in ("crash", "exit", "hang", "noprogress", "slow"):
+        for kind in ("crash", "exit", "hang", "noprogress", "slow", "raise"):
             inject(faults, kind, rank, step, restart)
         with worker.section("step"):
             x, y = batch(step, rank)

@@ -209,6 +209,11 @@ def _pick_root(causes: list[_Cause], rank_nodes: dict[int, str]) -> tuple[_Cause
         return None, ()
     best = max(c.strength for c in usable)
     root = min((c for c in usable if c.strength == best), key=_key)
+    if root.signature == "launcher.culprit.exited" and root.ranks:
+        # The launcher saw *who* exited; a root signature in that rank's own output says *why*.
+        why = [c for c in causes if c.kind in ("log", "record") and c.strength == 3 and set(c.ranks) & set(root.ranks)]
+        if why:
+            root = min(why, key=_key)
     if root.category in (Category.APPLICATION, Category.FRAMEWORK_CRASH):
         nodes = set(root.nodes) | {rank_nodes[r] for r in root.ranks if r in rank_nodes}
         for c in sorted(causes, key=_key):

@@ -52,6 +52,9 @@ def register(app: typer.Typer) -> None:
         initial_timeout: float | None = typer.Option(None, "--initial-timeout", help="Seconds to the first heartbeat."),
         section_timeout: list[str] = typer.Option([], "--section-timeout", help="NAME=SECONDS (repeatable)."),
         stop_grace: float = typer.Option(5.0, "--stop-grace", min=0, help="SIGTERM to SIGKILL grace, seconds."),
+        attribution: bool = typer.Option(
+            True, "--attribution/--no-attribution", help="Stop at once on a failure attribution calls not restartable."
+        ),
         health_interval: float = typer.Option(
             30.0, "--health-interval", min=0, help="Seconds between the agents' health checks (0: off)."
         ),
@@ -81,6 +84,7 @@ def register(app: typer.Typer) -> None:
             stop_grace_s=stop_grace,
             health_interval_s=health_interval,
             agent_socket=config.agent.socket,
+            attribution=attribution,
         )
         settings.validate(len(ctx.node_list))  # before anything starts
         runner = CommandRunner(default_timeout=config.slurm.command_timeout_s)

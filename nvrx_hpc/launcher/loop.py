@@ -14,6 +14,7 @@ import signal
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 from nvrx_hpc.agent.site import ATTACH_WAIT_S
 from nvrx_hpc.core.errors import NvrxError
@@ -39,6 +40,8 @@ from nvrx_hpc.slurm.hostlist import compress, sort_hosts
 from nvrx_hpc.slurm.runner import CommandRunner
 
 __all__ = ["Launcher"]
+
+ATTRIBUTION_TIMEOUT_S = 30.0  # a verdict that takes longer is not waited for
 
 # What `nvrx-hpc agent-attach` prints on each node.
 _ATTACHED = re.compile(r"^nvrx-attach (\S+) attached pid=(\d+)", re.M)
@@ -187,6 +190,14 @@ class Launcher:
             attempt = await self._run_step(index, restart, env, socket_template, plugin)
             self.history.append(attempt)
             self._write_state()
+            if attempt.outcome == Outcome.FAILED and self.s.attribution:
+                verdict = await self._judge(attempt)
+                if verdict is not None and not verdict.restartable:
+                    # A failure of the workload itself (an exception, OOM, NaN, a full disk): restarting
+                    # repeats it and excluding (or draining) a healthy node would be wrong.
+                    reason = f"not restartable ({verdict.category.value}): {verdict.root_cause}"
+                    self.events.emit("launcher.stop", reason=reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
+                    return ExitCode.DO_NOT_REQUEUE
             spare_used = False
             active_before = len(self.pool.active)
             if attempt.outcome == Outcome.FAILED and attempt.culprit_node:
@@ -205,6 +216,25 @@ class Launcher:
                 return self._requeue(decision.reason)
             self.events.emit("launcher.restart", reason=decision.reason, restart=restart + 1,
                              nodes=self.pool.active, world_size=len(self.pool.active) * self.s.tasks_per_node)
+
+    async def _judge(self, attempt: Attempt) -> Any:
+        """Attribution's verdict on the attempt that just failed (its logs, events, dumps); None if it fails."""
+        from nvrx_hpc.attribution.analyze import analyze_run
+
+        try:
+            report = await asyncio.wait_for(
+                asyncio.to_thread(analyze_run, self.run_dir, since=attempt.started_at), ATTRIBUTION_TIMEOUT_S
+            )
+        except Exception as exc:  # noqa: BLE001 - fail open: the loop decides as if there were no verdict
+            self.events.emit("launcher.attribution_failed", reason=f"{type(exc).__name__}: {exc}")
+            return None
+        v = report.verdict
+        self.events.emit(
+            "launcher.attribution", reason=v.root_cause, category=v.category.value, restartable=v.restartable,
+            action=v.action.value, confidence=round(v.confidence, 2), ranks=list(v.culprit.ranks),
+            nodes=list(v.culprit.nodes), signature=v.signature,
+        )  # fmt: skip
+        return v
 
     def _requeue(self, reason: str) -> ExitCode:
         excluded = sorted(self.pool.excluded) if self.pool else []
@@ -270,7 +300,7 @@ class Launcher:
                 self.events.emit("launcher.step.findings_ignored", reason="the step exited 0",
                                  findings=[f.reason for f in findings])
             outcome = Outcome.STOPPED if self._stop_requested.is_set() else Outcome.SUCCEEDED
-            return Attempt(outcome, max_iteration=max_iteration)
+            return Attempt(outcome, max_iteration=max_iteration, started_at=started)
         if not findings:
             findings = [Finding("srun", time.time(), None, reason=f"training step exited with code {rc}")]
         culprit = pick_culprit(findings, self.s.comm_sections)
@@ -278,7 +308,7 @@ class Launcher:
             "launcher.culprit", node=culprit.node, rank=culprit.rank, reason=culprit.reason, finding=culprit.kind,
             findings=[f.__dict__ for f in findings],
         )
-        return Attempt(Outcome.FAILED, culprit.node, culprit.reason, max_iteration)
+        return Attempt(Outcome.FAILED, culprit.node, culprit.reason, max_iteration, started)
 
     def _timeouts(self) -> dict:
         calibrate = self.s.heartbeat_timeout is None

@@ -22,6 +22,7 @@ class Attempt:
     culprit_node: str | None = None
     reason: str = ""
     max_iteration: int | None = None
+    started_at: float | None = None  # epoch seconds: attribution judges only what came after
 
 
 class Action(str, Enum):

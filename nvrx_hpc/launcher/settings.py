@@ -31,6 +31,7 @@ class RunSettings:
     master_port_base: int = 29500
     health_interval_s: float = 30.0  # the agents' health loop; 0 turns it off
     agent_socket: str = "/run/nvrx/%j/agent-%n.sock"  # site mode: where the Prolog-started agents listen
+    attribution: bool = True  # stop at once when attribution judges a failure not restartable
     comm_sections: frozenset[str] = COMM_SECTIONS
 
     def validate(self, allocated_nodes: int) -> None:

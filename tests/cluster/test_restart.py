@@ -150,6 +150,22 @@ def test_f11_failure_without_progress_stops_with_do_not_requeue(cluster, tmp_pat
     assert _kinds(run_dir).count("launcher.step.started") == 3
 
 
+def test_a_bug_in_the_training_stops_at_once_without_excluding_a_node(cluster, tmp_path):
+    """A Python exception in one rank: attribution says the workload is at fault and a restart cannot help,
+    so the job stops with do-not-requeue after one attempt, and no healthy node is excluded."""
+    job, run_dir = _submit(cluster, tmp_path, "bug", nodes=2, spares=1, fault="raise:rank=2:step=3")
+    result = _wait(cluster, job)
+    assert result["exit_code"] == int(ExitCode.DO_NOT_REQUEUE), (tmp_path / "bug.out").read_text()
+    events = read_events(run_dir / "events.jsonl")
+    verdict = next(e for e in events if e["kind"] == "launcher.attribution")
+    assert verdict["detail"]["category"] == "application" and verdict["detail"]["restartable"] is False
+    assert 2 in verdict["detail"]["ranks"]
+    stop = next(e for e in events if e["kind"] == "launcher.stop")
+    assert stop["reason"].startswith("not restartable (application)") and "ValueError" in stop["reason"]
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("launcher.step.started") == 1 and "launcher.node.excluded" not in kinds
+
+
 def test_site_mode_attaches_the_prolog_agents_and_drains_the_culprit(cluster, tmp_path, baseline):
     """sbatch --nvrx: each node's Prolog starts the job's agent, `nvrx-hpc run --mode site` attaches them,
     drains the culprit with an `nvrx:` reason, and each Epilog stops its agent."""
