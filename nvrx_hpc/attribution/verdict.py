@@ -211,7 +211,9 @@ def _pick_root(causes: list[_Cause], rank_nodes: dict[int, str]) -> tuple[_Cause
     root = min((c for c in usable if c.strength == best), key=_key)
     if root.signature == "launcher.culprit.exited" and root.ranks:
         # The launcher saw *who* exited; a root signature in that rank's own output says *why*.
-        why = [c for c in causes if c.kind in ("log", "record") and c.strength == 3 and set(c.ranks) & set(root.ranks)]
+        # Not Slurm's cancel line: the launcher's own kill of the step prints it on the same rank.
+        why = [c for c in causes if c.kind in ("log", "record") and c.strength == 3 and set(c.ranks) & set(root.ranks)
+               and c.category is not Category.SCHEDULER]
         if why:
             root = min(why, key=_key)
     if root.category in (Category.APPLICATION, Category.FRAMEWORK_CRASH):

@@ -29,6 +29,10 @@ def test_the_exited_rank_s_exception_is_the_root_and_stops_the_job(tmp_path):
 
 
 def test_without_a_cause_of_its_own_the_exit_stays_restartable(tmp_path):
-    v = _run(tmp_path, ["1: [rank1]: RuntimeError: [pair.cc:534] Connection closed by peer [127.0.0.1]:5555"])
+    v = _run(tmp_path, [
+        "1: [rank1]: RuntimeError: [pair.cc:534] Connection closed by peer [127.0.0.1]:5555",
+        # the launcher's own kill of the step, on the exited rank's label: not its cause
+        "2: slurmstepd-n2: error: *** STEP 7.1 ON n2 CANCELLED AT 2027-01-15T08:00:01 ***",
+    ])  # fmt: skip
     assert v.restartable and v.action is not Action.STOP and v.culprit.ranks == (2,)
     assert v.root_cause.startswith("launcher: rank 2 on n2 exited with code 1")
