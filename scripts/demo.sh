@@ -32,6 +32,8 @@ eval "$(nvrx cluster env)"
 state=$NVRX_CLUSTER__STATE_DIR
 demo=$state/demo
 rm -rf "$demo"; mkdir -p "$demo"
+# Burst buffers of an earlier demo would hand this one their checkpoints: start from nothing.
+rm -rf "$state"/bb/*/reference "$state"/bb/*/faulty
 nvrx cluster clear-gpu-faults >/dev/null
 
 say "2. a fault-free reference run: 2 nodes x 2 ranks + 1 spare, under nvrx-hpc run, async checkpoints"
@@ -44,7 +46,12 @@ say "3. the same training; rank 3 is SIGKILLed mid-run and its node's burst buff
 # shellcheck disable=SC2046
 job=$(nvrx submit --nodes 2 --spares 1 --tasks-per-node 2 --time 10 --run-dir "$demo/faulty" -- $(train_ckpt faulty))
 echo "job $job"
-until [ "$(iteration_of "$demo/faulty")" -ge 10 ]; do sleep 0.2; done
+deadline=$((SECONDS + 180))
+until [ "$(iteration_of "$demo/faulty")" -ge 10 ]; do
+  [ $SECONDS -lt $deadline ] || { echo "the training never reached step 10"; scancel "$job"; exit 1; }
+  squeue -h -j "$job" 2>/dev/null | grep -q . || { echo "job $job ended before step 10"; exit 1; }
+  sleep 0.2
+done
 nvrx status "$job" --run-dir "$demo/faulty"
 victim=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]+"/status.json"))["ranks"]["3"]["pid"])' "$demo/faulty")
 node=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]+"/status.json"))["ranks"]["3"]["node"])' "$demo/faulty")
