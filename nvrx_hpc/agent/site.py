@@ -2,8 +2,8 @@
 attaches it, the Epilog stops it.
 
 The agent's socket comes from the site's `agent.socket` template (the SPANK plugin's `agent_socket`
-names the same path). Beside it the Prolog keeps `agent-<node>.pid` (pid and start time, so the Epilog
-never signals a recycled pid) and `agent-<node>.log`. A socket directory whose name holds the job id
+names the same path). Beside it the Prolog keeps a `.pid` file of the same name (pid and start time, so
+the Epilog never signals a recycled pid) and a `.log`. A socket directory whose name holds the job id
 is created for the job's user (0700); any other directory must already let that user create files.
 """
 
@@ -42,11 +42,12 @@ class SiteAgentFiles:
 
     @classmethod
     def of(cls, config: NvrxConfig, job: str, node: str) -> SiteAgentFiles:
-        return cls.at(Path(config.agent.socket_path(job, node)), node)
+        return cls.at(Path(config.agent.socket_path(job, node)))
 
     @classmethod
-    def at(cls, sock: Path, node: str) -> SiteAgentFiles:
-        return cls(sock, sock.parent / f"agent-{node}.pid", sock.parent / f"agent-{node}.log")
+    def at(cls, sock: Path) -> SiteAgentFiles:
+        """Named after the socket, which is unique per job and node whatever the template's directories."""
+        return cls(sock, sock.with_suffix(".pid"), sock.with_suffix(".log"))
 
 
 def _job_identity(env: dict[str, str]) -> tuple[str, str, int, int]:

@@ -147,7 +147,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("agent-attach runs inside a Slurm step (SLURMD_NODENAME, SLURM_JOB_ID)")
         path = Path(expand_percent(socket, job_id=job, node=node))
         try:
-            answer = attach(path, launcher, token_file, health_interval, wait, SiteAgentFiles.at(path, node).pid_file)
+            answer = attach(path, launcher, token_file, health_interval, wait, SiteAgentFiles.at(path).pid_file)
         except NvrxError as exc:
             typer.echo(f"nvrx-attach {node} missing: {exc.message}")
             raise typer.Exit(int(ExitCode.UNAVAILABLE)) from None
