@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from nvrx_hpc.core.events import read_events  # noqa: E402
+from nvrx_hpc.launcher.status import read_status  # noqa: E402
 from nvrx_hpc.slurm.devcluster import DevCluster, DevClusterSpec  # noqa: E402
 
 
@@ -51,10 +52,7 @@ def _sbatch(env: dict, work: Path, name: str, spares: int, steps: int) -> tuple[
 def _wait_training(run_dir: Path, min_iteration: int, timeout: float = 120) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            status = json.loads((run_dir / "status.json").read_text())
-        except (OSError, ValueError):
-            status = {}
+        status = read_status(run_dir) or {}
         ranks = status.get("ranks", {})
         if ranks and min(r.get("iteration") or 0 for r in ranks.values()) >= min_iteration:
             return status

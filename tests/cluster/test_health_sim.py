@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from _hook_log import hook_records
 
 from nvrx_hpc.slurm.api import SlurmJobNotFound
 from nvrx_hpc.slurm.cli_backend import CliBackend
@@ -43,12 +44,6 @@ def nvrx(cluster, *args: str, env: dict[str, str] | None = None, timeout: float 
     full_env = {**os.environ, **cluster.env, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run([sys.executable, "-m", "nvrx_hpc", *args], env=full_env, capture_output=True, text=True,
                           timeout=timeout, check=False)  # fmt: skip
-
-
-def hook_records(cluster, job_id: int) -> list[dict]:
-    path = cluster.state_dir / "log" / "hooks.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
-    return [r for r in map(json.loads, lines) if r.get("job") == str(job_id)]
 
 
 def job_state(slurm: CliBackend, job_id: int) -> str:

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from _hook_log import hook_records
 
 from nvrx_hpc.core.events import read_events
 from nvrx_hpc.core.exit_codes import ExitCode
+from nvrx_hpc.launcher.status import read_status
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train.py"
@@ -50,10 +52,7 @@ def _submit(cluster, tmp_path: Path, name: str, *, nodes: int, spares: int, faul
 def _wait_iteration(run_dir: Path, iteration: int, timeout: float = 90) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            status = json.loads((run_dir / "status.json").read_text())
-        except (OSError, ValueError):
-            status = {}
+        status = read_status(run_dir) or {}
         iterations = [r.get("iteration") or 0 for r in status.get("ranks", {}).values()]
         if iterations and max(iterations) >= iteration:
             return status
@@ -181,14 +180,14 @@ def test_site_mode_attaches_the_prolog_agents_and_drains_the_culprit(cluster, tm
         cluster.dev.backend.resume(["n1", "n2", "n3"])
     site = next(e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "launcher.agents.site")
     assert sorted(site["detail"]["attached"]) == ["n1", "n2", "n3"] and site["detail"]["missing"] == []
-    records = _hook_records(cluster, job)
+    records = hook_records(cluster, job)
     started = {r["node"]: r["site_agent"]["pid"] for r in records if r["hook"] == "prolog"}
     assert started == site["detail"]["attached"], "the launcher attached other agents than the Prologs started"
     deadline = time.monotonic() + 30  # the Epilogs run after the job's end
-    while len([r for r in _hook_records(cluster, job) if r["hook"] == "epilog"]) < 3:
-        assert time.monotonic() < deadline, _hook_records(cluster, job)
+    while len([r for r in hook_records(cluster, job) if r["hook"] == "epilog"]) < 3:
+        assert time.monotonic() < deadline, hook_records(cluster, job)
         time.sleep(0.5)
-    for record in (r for r in _hook_records(cluster, job) if r["hook"] == "epilog"):
+    for record in (r for r in hook_records(cluster, job) if r["hook"] == "epilog"):
         assert record["site_agent"]["pid"] == started[record["node"]]
         assert record["site_agent"]["outcome"] in ("stopped", "gone"), record
         assert _ended(started[record["node"]])
@@ -213,10 +212,6 @@ def test_site_mode_without_prolog_agents_starts_its_own(cluster, tmp_path, basel
     assert _hash(run_dir) == baseline
 
 
-def _hook_records(cluster, job: str) -> list[dict]:
-    path = cluster.state_dir / "log" / "hooks.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
-    return [r for r in map(json.loads, lines) if r.get("job") == str(job)]
 
 
 def test_f5_sim_xid79_during_a_run_excludes_the_node(cluster, tmp_path, baseline):
