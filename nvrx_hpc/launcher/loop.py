@@ -274,7 +274,7 @@ class Launcher:
         hub.broadcast("la.timeouts", nodes=nodes, timeouts=self._timeouts())
         step_env = {
             "MASTER_ADDR": self._address_of(nodes[0]),
-            "MASTER_PORT": str(self.s.master_port_base + restart % 1000),
+            "MASTER_PORT": str(_free_port()),
             "NVRX_RESTART_COUNT": str(restart),
             "NVRX_RUN_DIR": str(self.run_dir),
             "NVRX_TOKEN_FILE": str(self.run_dir / "token"),
@@ -449,3 +449,11 @@ class Launcher:
 
 def default_run_dir(ctx: JobContext, template: str) -> Path:
     return Path(template.format(submit_dir=ctx.submit_dir or os.getcwd(), job_id=ctx.job_id))
+
+
+def _free_port() -> int:
+    """A port free on this host (the batch host, Slurm's first node) for this attempt's rendezvous:
+    a fixed base collides when two jobs share a first node."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])

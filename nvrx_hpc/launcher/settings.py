@@ -28,7 +28,6 @@ class RunSettings:
     mode: str = "user"
     stop_grace_s: float = 5.0
     agent_timeout_s: float = 30.0
-    master_port_base: int = 29500
     health_interval_s: float = 30.0  # the agents' health loop; 0 turns it off
     agent_socket: str = "/run/nvrx/%j/agent-%n.sock"  # site mode: where the Prolog-started agents listen
     attribution: bool = True  # stop at once when attribution judges a failure not restartable
