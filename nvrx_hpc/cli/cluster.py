@@ -15,7 +15,7 @@ from nvrx_hpc.core.config import ClusterConfig, load_config
 from nvrx_hpc.core.errors import ConfigError, NvrxError
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.slurm.devcluster import ClusterStatus, DevCluster, DevClusterSpec
-from nvrx_hpc.slurm.runner import CommandRunner
+from nvrx_hpc.slurm.spank_build import build_plugin
 
 app = typer.Typer(help="A real local Slurm cluster (munge, slurmctld, N slurmd) for tests and the demo.")
 
@@ -35,13 +35,13 @@ def _state_dir(flag: Path | None) -> Path:
     return Path(_cluster_config(state_dir=str(flag.absolute()) if flag else None).state_dir)
 
 
-def _default_plugin() -> Path | None:
-    """The plugin built in this source tree (`make -C spank`), built now if the sources are here."""
-    spank_dir = Path(nvrx_hpc.__file__).resolve().parent.parent / "spank"
-    plugin = spank_dir / "nvrx_spank.so"
-    if not plugin.exists() and (spank_dir / "Makefile").exists():
-        CommandRunner().run(["make", "-s", "-C", str(spank_dir)], timeout=120)
-    return plugin if plugin.exists() else None
+def _default_plugin(state_dir: Path) -> Path | None:
+    """The plugin built from the sources the package carries, into <state dir>/plugin (make is incremental)."""
+    try:
+        return build_plugin(state_dir / "plugin", version=nvrx_hpc.__version__)
+    except NvrxError as exc:
+        typer.secho(f"warning: cannot build the SPANK plugin: {exc.message}", err=True)
+        return None
 
 
 def _status_dict(status: ClusterStatus) -> dict:
@@ -85,7 +85,7 @@ def up(
     slurmd_port_base: int | None = typer.Option(
         None, "--slurmd-port-base", min=1024, max=65535, help="Port of n1; nK uses base+K-1 [default: 16901]."
     ),
-    spank: Path | None = typer.Option(None, "--spank", help="SPANK plugin to load [default: spank/nvrx_spank.so]."),
+    spank: Path | None = typer.Option(None, "--spank", help="SPANK plugin to load [default: built from the packaged sources into STATE_DIR/plugin]."),
     no_spank: bool = typer.Option(False, "--no-spank", help="Start without the SPANK plugin."),
     timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds to wait for all nodes to be idle."),
     as_json: bool = _JSON,
@@ -94,10 +94,7 @@ def up(
     if spank is not None and no_spank:
         raise ConfigError("--spank and --no-spank exclude each other", hint="give one of them")
     if spank is not None and not spank.is_file():
-        raise ConfigError(f"SPANK plugin {spank} does not exist", hint="build it with `make -C spank`")
-    plugin = None if no_spank else (spank.resolve() if spank else _default_plugin())
-    if plugin is None and not no_spank:
-        typer.secho("warning: SPANK plugin not built (make -C spank); starting without it", err=True)
+        raise ConfigError(f"SPANK plugin {spank} does not exist", hint="build it with `make -C spank` in a checkout, or leave --spank out: `up` builds the packaged sources")
     settings = _cluster_config(
         state_dir=str(state_dir.absolute()) if state_dir else None,
         nodes=nodes,
@@ -105,6 +102,9 @@ def up(
         ctld_port=ctld_port,
         slurmd_port_base=slurmd_port_base,
     )
+    plugin = None if no_spank else (spank.resolve() if spank else _default_plugin(Path(settings.state_dir)))
+    if plugin is None and not no_spank:
+        typer.secho("warning: starting the dev cluster without the SPANK plugin", err=True)
     spec = DevClusterSpec(
         state_dir=Path(settings.state_dir),
         nodes=settings.nodes,

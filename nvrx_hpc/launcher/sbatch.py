@@ -1,4 +1,5 @@
-"""The sbatch script of a training job: validated variables rendered through sbatch_templates/*.j2.
+"""The sbatch script of a training job: validated variables rendered through a jinja2 template
+(the packaged default is nvrx_hpc/data/sbatch/pytorch.sbatch.j2, found through nvrx_hpc.core.resources).
 
 `SbatchVars` checks every variable before anything is rendered (bad values raise ConfigError naming
 the variable); `render_script` fills the jinja2 template with StrictUndefined, every value passed
@@ -19,9 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from nvrx_hpc.core.errors import ConfigError, SlurmParseError
 from nvrx_hpc.core.exit_codes import ExitCode
+from nvrx_hpc.core.resources import sbatch_template
 
 __all__ = [
-    "DEFAULT_TEMPLATE",
     "SCRIPT_NAME",
     "SbatchVars",
     "build_vars",
@@ -30,7 +31,6 @@ __all__ = [
     "submit_script",
 ]
 
-DEFAULT_TEMPLATE = Path(__file__).resolve().parents[2] / "sbatch_templates" / "pytorch.sbatch.j2"
 SCRIPT_NAME = "job.sbatch"
 _TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"
 _PARTITION = re.compile(r"^[A-Za-z0-9_.-]+(?:,[A-Za-z0-9_.-]+)*$")
@@ -183,16 +183,16 @@ def _quote(value: Any) -> str:
 
 
 def render_script(variables: SbatchVars, template: Path | None = None) -> str:
-    """The batch script for `variables` from `template` (default sbatch_templates/pytorch.sbatch.j2)."""
+    """The batch script for `variables` from `template` (default: the packaged pytorch.sbatch.j2)."""
     import jinja2
 
-    path = Path(template) if template is not None else DEFAULT_TEMPLATE
+    path = Path(template) if template is not None else sbatch_template()
     try:
         source = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(
             f"cannot read the sbatch template {path}: {exc.strerror or exc}",
-            hint="pass --template PATH, or run from a checkout that has sbatch_templates/",
+            hint="pass --template PATH to a readable template",
         ) from None
     env = jinja2.Environment(
         undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True,

@@ -1,4 +1,4 @@
-"""sbatch_templates/pytorch.sbatch.j2 through `nvrx-hpc render`: golden files, every invalid variable, quoting."""
+"""The packaged sbatch template (data/sbatch/pytorch.sbatch.j2) through `nvrx-hpc render`: goldens, bad input, quoting."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import pwd
 import shlex
 import sys
 from dataclasses import asdict
+from importlib import resources
 from pathlib import Path
 
 import jinja2
@@ -19,7 +20,7 @@ from nvrx_hpc.slurm.devcluster.layout import DevClusterSpec, Layout
 __all__ = ["write_config", "client_env", "read_spec", "spec_to_json", "config_fingerprint", "running_fingerprint"]
 
 _TEMPLATES = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(Path(__file__).parent)),
+    loader=jinja2.PackageLoader("nvrx_hpc.slurm.devcluster", ""),  # package data, also inside a wheel
     undefined=jinja2.StrictUndefined,
     keep_trailing_newline=True,
     autoescape=False,  # noqa: S701 - renders slurm.conf, not HTML
@@ -72,9 +73,11 @@ def read_spec(layout: Layout) -> DevClusterSpec | None:
 
 def _hook_wrapper(kind: str, layout: Layout) -> str:
     """Slurm's Prolog= takes a path without arguments, so a two-line wrapper calls `nvrx-hpc prolog`."""
-    source_root = Path(nvrx_hpc.__file__).resolve().parent.parent
+    # slurmd runs the hooks with a bare environment: point it at the sys.path entry this nvrx_hpc was
+    # imported from (site-packages, or a tree on PYTHONPATH), so the hooks run the same code as `up`.
+    import_root = Path(nvrx_hpc.__file__).resolve().parent.parent
     env = {
-        "PYTHONPATH": str(source_root),
+        "PYTHONPATH": str(import_root),
         "NVRX_HOOK_LOG": str(layout.log / "hooks.jsonl"),
         "NVRX_CLUSTER__STATE_DIR": str(layout.root),
         # No GPUs here: the health gate reads simulated GPUs and the faults injected under gpu-faults/.
@@ -141,9 +144,9 @@ def write_config(spec: DevClusterSpec, layout: Layout) -> None:
 def config_fingerprint() -> str:
     """A hash of the code that writes the cluster's files: a running cluster older than it is restarted."""
     digest = hashlib.sha256()
-    here = Path(__file__).parent
+    here = resources.files("nvrx_hpc.slurm.devcluster")
     for name in ("files.py", "slurm.conf.j2"):
-        digest.update((here / name).read_bytes())
+        digest.update(here.joinpath(name).read_bytes())
     return digest.hexdigest()[:16]
 
 
