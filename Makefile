@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PYTEST_ARGS ?=
 
-.PHONY: setup spank test unit cluster-test lint demo down clean
+.PHONY: setup spank test unit cluster-test lint docs wheel demo down clean
 
 setup:
 	@bash scripts/setup.sh
@@ -10,7 +10,7 @@ setup:
 spank: setup
 	$(MAKE) -C spank
 
-test: setup spank lint
+test: setup spank lint docs
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 unit: setup
@@ -22,6 +22,14 @@ cluster-test: setup spank
 lint: setup
 	$(PYTHON) -m ruff check nvrx_hpc tests benchmarks examples
 
+# The docs as a site: --strict fails on a broken link, a missing anchor or a page left out of the nav.
+docs: setup
+	$(PYTHON) -m mkdocs build --strict --site-dir site  # no --quiet: it hides the warnings --strict counts
+
+# What a site installs: the wheel, with its package data (templates, the SPANK sources), in dist/.
+wheel: setup
+	$(PYTHON) -m pip wheel --no-deps --no-build-isolation --wheel-dir dist .
+
 demo: setup spank
 	@bash scripts/demo.sh
 
@@ -30,3 +38,4 @@ down:
 
 clean:
 	$(MAKE) -C spank clean
+	rm -rf site dist build
