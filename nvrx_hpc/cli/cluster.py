@@ -85,7 +85,9 @@ def up(
     slurmd_port_base: int | None = typer.Option(
         None, "--slurmd-port-base", min=1024, max=65535, help="Port of n1; nK uses base+K-1 [default: 16901]."
     ),
-    spank: Path | None = typer.Option(None, "--spank", help="SPANK plugin to load [default: built from the packaged sources into STATE_DIR/plugin]."),
+    spank: Path | None = typer.Option(
+        None, "--spank", help="SPANK plugin to load [default: built from the packaged sources into STATE_DIR/plugin]."
+    ),
     no_spank: bool = typer.Option(False, "--no-spank", help="Start without the SPANK plugin."),
     timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds to wait for all nodes to be idle."),
     as_json: bool = _JSON,
@@ -94,7 +96,10 @@ def up(
     if spank is not None and no_spank:
         raise ConfigError("--spank and --no-spank exclude each other", hint="give one of them")
     if spank is not None and not spank.is_file():
-        raise ConfigError(f"SPANK plugin {spank} does not exist", hint="build it with `make -C spank` in a checkout, or leave --spank out: `up` builds the packaged sources")
+        raise ConfigError(
+            f"SPANK plugin {spank} does not exist",
+            hint="leave --spank out (`up` builds the packaged sources), or build one with `make -C spank`",
+        )
     settings = _cluster_config(
         state_dir=str(state_dir.absolute()) if state_dir else None,
         nodes=nodes,

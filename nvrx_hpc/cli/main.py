@@ -11,7 +11,7 @@ import typer
 from nvrx_hpc import __version__
 from nvrx_hpc.cli import attribute as attribute_cli
 from nvrx_hpc.cli import ckpt as ckpt_cli
-from nvrx_hpc.cli import cluster, config, health, hooks, node, spank
+from nvrx_hpc.cli import cluster, config, health, hooks, node, site, spank
 from nvrx_hpc.cli import run as run_commands
 from nvrx_hpc.cli import serve as serve_cli
 from nvrx_hpc.cli import submit as submit_cli
@@ -30,6 +30,7 @@ app.add_typer(config.app, name="config")
 app.add_typer(spank.app, name="spank")
 app.add_typer(ckpt_cli.app, name="ckpt")
 app.add_typer(node.app, name="node")
+app.add_typer(site.app, name="site")
 hooks.register(app)
 health.register(app)
 run_commands.register(app)

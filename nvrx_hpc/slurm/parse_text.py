@@ -28,6 +28,7 @@ from nvrx_hpc.slurm.parse_json import job_state_from_tokens, node_state_from_tok
 __all__ = [
     "parse_version",
     "parse_key_values",
+    "parse_show_config",
     "split_records",
     "parse_nodes_text",
     "parse_jobs_text",
@@ -50,6 +51,17 @@ def parse_version(text: str) -> SlurmVersion:
         raise SlurmParseError("sinfo --version output (expected e.g. 'slurm 22.05.8')", text or "")
     major, minor, micro = match.groups()
     return SlurmVersion(int(major), int(minor), int(micro or 0))
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """`scontrol show config` -> {key: value}: one `Key = Value` a line; headers and blank lines are skipped."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" = ")
+        key = key.strip()
+        if sep and key and " " not in key:
+            out[key] = value.strip()
+    return out
 
 
 def parse_key_values(record: str) -> dict[str, str]:

@@ -11,21 +11,22 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 from nvrx_hpc.core.errors import NvrxError, SlurmCommandError, SlurmError, SlurmTimeout
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.core.resources import spank_sources
+from nvrx_hpc.slurm.api import SlurmVersion
+from nvrx_hpc.slurm.parse_text import parse_version
 from nvrx_hpc.slurm.runner import CommandRunner
 
 __all__ = [
     "PLUGIN_NAME",
     "BuildError",
-    "SlurmVersion",
     "build_plugin",
     "header_version",
     "installed_slurm_version",
+    "release",
     "require_same_release",
 ]
 
@@ -33,7 +34,6 @@ log = logging.getLogger(__name__)
 
 PLUGIN_NAME = "nvrx_spank.so"
 _HEADER_NUMBER = re.compile(r"^#define\s+SLURM_VERSION_NUMBER\s+(0x[0-9a-fA-F]+|\d+)\s*$", re.M)
-_VERSION_TEXT = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 class BuildError(NvrxError):
@@ -42,27 +42,9 @@ class BuildError(NvrxError):
     exit_code = ExitCode.UNAVAILABLE
 
 
-@dataclass(frozen=True, order=True)
-class SlurmVersion:
-    major: int
-    minor: int
-    micro: int = 0
-
-    @classmethod
-    def parse(cls, text: str) -> SlurmVersion:
-        """From what Slurm prints: "slurm-wlm 22.05.8", "slurm 23.11.1", "22.05.8"."""
-        match = _VERSION_TEXT.search(text)
-        if match is None:
-            raise SlurmError(f"no Slurm version in {text.strip()[:120]!r}", hint="expected e.g. 'slurm 22.05.8'")
-        return cls(int(match[1]), int(match[2]), int(match[3] or 0))
-
-    @property
-    def release(self) -> str:
-        """major.minor, what a plugin must match."""
-        return f"{self.major:02d}.{self.minor:02d}"
-
-    def __str__(self) -> str:
-        return f"{self.release}.{self.micro}"
+def release(version: SlurmVersion) -> str:
+    """major.minor, what a plugin must match: "22.05"."""
+    return f"{version.major}.{version.minor:02d}"
 
 
 def header_version(include_dir: Path) -> SlurmVersion:
@@ -91,7 +73,7 @@ def installed_slurm_version(runner: CommandRunner) -> tuple[SlurmVersion, str]:
         except SlurmError as exc:
             errors.append(exc.message)
             continue
-        return SlurmVersion.parse(done.stdout or done.stderr), " ".join(argv)
+        return parse_version(done.stdout or done.stderr), " ".join(argv)
     raise SlurmError(
         "cannot tell which Slurm runs here: " + "; ".join(errors),
         hint="run this on a Slurm node (slurmd or the client commands installed)",
@@ -100,11 +82,11 @@ def installed_slurm_version(runner: CommandRunner) -> tuple[SlurmVersion, str]:
 
 def require_same_release(headers: SlurmVersion, running: SlurmVersion, include_dir: Path) -> None:
     """A plugin built from other headers would be refused by Slurm's loader: stop before building it."""
-    if headers.release != running.release:
+    if release(headers) != release(running):
         raise BuildError(
             f"the Slurm headers under {include_dir} are {headers} but this node runs Slurm {running}; a SPANK "
-            f"plugin built against {headers.release} will not load into {running.release}",
-            hint=f"install the development headers of Slurm {running.release} (the same packages as the "
+            f"plugin built against {release(headers)} will not load into {release(running)}",
+            hint=f"install the development headers of Slurm {release(running)} (the same packages as the "
             "daemons), or point --slurm-include at them",
         )
 
