@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,3 +85,59 @@ def cluster() -> ClusterHandle:
     )
     if started_here and os.environ.get("NVRX_TEST_KEEP_CLUSTER") != "1":
         dev.down(stop_munge=False)
+
+
+# ---- the package as a site installs it: a wheel in a fresh venv, no checkout on sys.path ----------------
+
+
+@dataclass(frozen=True)
+class WheelEnv:
+    """A venv holding only the wheel built from this tree; `run` calls its programs from a temp cwd."""
+
+    venv: Path
+    wheel: Path
+    sdist: Path
+    cwd: Path
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        env["PATH"] = f"{self.venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
+        return env
+
+    def run(self, argv: list[str], timeout: float = 120, env: dict[str, str] | None = None):
+        program = argv[0] if "/" in argv[0] else str(self.venv / "bin" / argv[0])
+        return subprocess.run([program, *argv[1:]], cwd=self.cwd, env={**self.env, **(env or {})},
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="session")
+def wheel_env(tmp_path_factory) -> WheelEnv:
+    """sdist from this tree, the wheel built from that sdist (so the sdist is proven complete), then a venv.
+
+    --system-site-packages reuses the dependencies already installed (nothing big is downloaded); the venv's
+    own site-packages comes first on sys.path, ahead of any editable install of a checkout.
+    """
+    root = tmp_path_factory.mktemp("wheel")
+    dist = root / "dist"
+    code = f"from setuptools import build_meta as b; print(b.build_sdist({str(dist)!r}))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    sdist = dist / done.stdout.strip().splitlines()[-1]
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "--wheel-dir", str(dist), str(sdist)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    wheel = next(dist.glob("nvrx_hpc-*.whl"))
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                           "--force-reinstall", "--disable-pip-version-check", str(wheel)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cwd = root / "cwd"
+    cwd.mkdir()
+    return WheelEnv(venv=venv, wheel=wheel, sdist=sdist, cwd=cwd)

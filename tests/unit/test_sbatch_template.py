@@ -1,4 +1,4 @@
-"""The packaged sbatch template (data/sbatch/pytorch.sbatch.j2) through `nvrx-hpc render`: goldens, bad input, quoting."""
+"""The packaged sbatch template (data/sbatch/pytorch.sbatch.j2) via `nvrx-hpc render`: goldens, bad input, quoting."""
 
 from __future__ import annotations
 
