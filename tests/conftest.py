@@ -110,8 +110,8 @@ class WheelEnv:
         return env
 
     def run(self, argv: list[str], timeout: float = 120, env: dict[str, str] | None = None):
-        program = argv[0] if "/" in argv[0] else str(self.venv / "bin" / argv[0])
-        return subprocess.run([program, *argv[1:]], cwd=self.cwd, env={**self.env, **(env or {})},
+        """Run argv (its PATH starts with the venv's bin, so `nvrx-hpc` and `python` are the venv's)."""
+        return subprocess.run([str(a) for a in argv], cwd=self.cwd, env={**self.env, **(env or {})},
                               capture_output=True, text=True, timeout=timeout, check=False)
 
 
