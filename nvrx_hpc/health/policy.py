@@ -18,6 +18,7 @@ import difflib
 import os
 import sys
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,7 +41,7 @@ __all__ = [
     "verdict_of",
 ]
 
-DEFAULT_POLICY_FILE = Path(__file__).with_name("default_policy.toml")
+DEFAULT_POLICY_FILE = Path(str(resources.files("nvrx_hpc.health").joinpath("default_policy.toml")))  # package data
 SITE_POLICY_PATH = Path("/etc/nvrx-hpc/health-policy.toml")
 POLICY_PATH_ENV = "NVRX_HEALTH_POLICY"
 
