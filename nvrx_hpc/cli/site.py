@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from nvrx_hpc.cli._output import print_json
+from nvrx_hpc.core.errors import ConfigError
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.deploy import SitePaths, Status, install, run_checks, uninstall
 from nvrx_hpc.deploy.install import DEFAULT_INCLUDE
@@ -43,8 +44,6 @@ def install_cmd(
         report = uninstall(paths, dry_run=dry_run)
     else:
         if python is not None and not python.startswith("/"):
-            from nvrx_hpc.core.errors import ConfigError
-
             raise ConfigError(f"--python {python!r} is not an absolute path", hint="slurmd runs hooks with no PATH")
         report = install(paths, dry_run=dry_run, include_dir=slurm_include, python=python)
     if as_json:

@@ -7,6 +7,7 @@ raise: a check that cannot run says why in its own line. Slurm is asked only thr
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -192,10 +193,18 @@ def _versions(f: _Facts) -> CheckLine:
         problems.append(f"plugin built for Slurm {built}, this node runs {f.slurm}")
     if package != nvrx_hpc.__version__:
         problems.append(f"installed by nvrx-hpc {package}, this is {nvrx_hpc.__version__}")
+    plugin = f.manifest.get("plugin", "")
+    recorded = f.manifest.get("files", {}).get(plugin)
+    if recorded and Path(plugin).is_file() and _sha256(Path(plugin)) != recorded:
+        problems.append(f"{plugin} is not the plugin site install built (replaced by hand?)")
     if problems:
         return CheckLine("versions", Status.FAIL, "; ".join(problems),
                          "rerun `nvrx-hpc site install` as root on this node to rebuild the plugin")
     return CheckLine("versions", Status.OK, f"Slurm {f.slurm}, plugin built for {built}, nvrx-hpc {package}")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _static_dir(template: str) -> Path:

@@ -116,6 +116,13 @@ def test_site_install_check_rerun_and_uninstall_on_the_local_cluster(wheel_env, 
     repaired = json.loads(wheel_env.run(install, env=wheel_cluster, timeout=300).stdout)
     actions = {Path(f["path"]).name: f["action"] for f in repaired["files"]}
     assert actions["nvrx_spank.so"] == "written" and actions["prolog"] == "unchanged", actions
+    (prefix / "usr" / "local" / "lib" / "nvrx-hpc" / "nvrx_spank.so").write_bytes(b"\x7fELF not ours")
+    swapped = wheel_env.run(["nvrx-hpc", "site", "check", "--prefix", prefix, "--json"], env=wheel_cluster)
+    lines = {c["name"]: c for c in json.loads(swapped.stdout)["checks"]}
+    assert swapped.returncode == 69 and lines["versions"]["status"] == "fail", lines["versions"]
+    assert "not the plugin site install built" in lines["versions"]["detail"]
+    repaired = json.loads(wheel_env.run(install, env=wheel_cluster, timeout=300).stdout)
+    assert {Path(f["path"]).name: f["action"] for f in repaired["files"]}["nvrx_spank.so"] == "replaced"
 
     # An admin's edit survives both a rerun and the uninstall; everything else goes.
     config = prefix / "etc" / "nvrx-hpc" / "config.toml"
