@@ -150,6 +150,14 @@ def _write(planned: _Planned, created_dirs: list[str]) -> str:
     return "written" if old is None else "replaced"
 
 
+def _save_manifest(paths: SitePaths, old: dict, record: dict) -> str:
+    if {k: v for k, v in old.items() if k != "time"} == record:
+        return "unchanged"
+    paths.manifest.parent.mkdir(parents=True, exist_ok=True)
+    paths.manifest.write_text(json.dumps({**record, "time": time.time()}, indent=2, sort_keys=True) + "\n")
+    return "written"
+
+
 def install(
     paths: SitePaths,
     *,
@@ -178,28 +186,25 @@ def install(
         manifest = read_manifest(paths)
         files: dict[str, str] = dict(manifest.get("files", {}))
         dirs: list[str] = list(manifest.get("dirs", []))
-        for item in planned:
-            if dry_run:
+        if dry_run:
+            for item in planned:
                 detail = item.what if item.data is not None else (
                     f"{item.what}, built from {spank_sources()} against {include_dir}/slurm (Slurm {headers})")
-                exists = item.path.exists()
-                action = "would keep" if exists and item.keep_existing else "would write"
+                action = "would keep" if item.path.exists() and item.keep_existing else "would write"
                 report.actions.append(Action(action, str(item.path), detail))
-                continue
-            action = _write(item, dirs)
-            report.actions.append(Action(action, str(item.path), item.what))
-            if action != "kept":
-                files[str(item.path)] = _sha(item.data or b"")
-    if dry_run:
-        report.actions.append(Action("would write", str(paths.manifest), "install manifest"))
-    else:
-        record = {"nvrx_hpc": version, "slurm": str(running), "headers": str(headers), "python": python,
-                  "plugin": str(paths.plugin), "files": files, "dirs": list(dict.fromkeys(dirs))}
-        same = {k: v for k, v in manifest.items() if k != "time"} == record
-        if not same:
-            record["time"] = time.time()
-            paths.manifest.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        report.actions.append(Action("unchanged" if same else "written", str(paths.manifest), "install manifest"))
+            report.actions.append(Action("would write", str(paths.manifest), "install manifest"))
+        else:
+            try:
+                for item in planned:
+                    action = _write(item, dirs)
+                    report.actions.append(Action(action, str(item.path), item.what))
+                    if action != "kept":
+                        files[str(item.path)] = _sha(item.data or b"")
+            finally:  # even after a failed write, so that --uninstall still finds what was written
+                record = {"nvrx_hpc": version, "slurm": str(running), "headers": str(headers), "python": python,
+                          "plugin": str(paths.plugin), "files": files, "dirs": list(dict.fromkeys(dirs))}
+                action = _save_manifest(paths, manifest, record)
+            report.actions.append(Action(action, str(paths.manifest), "install manifest"))
     report.slurm_conf_lines = render.slurm_conf_lines(paths, _slurm_config(runner))
     return report
 
