@@ -23,8 +23,9 @@ lint: setup
 	$(PYTHON) -m ruff check nvrx_hpc tests benchmarks examples
 
 # The docs as a site: --strict fails on a broken link, a missing anchor or a page left out of the nav.
+# No --quiet: it hides the very warnings that --strict counts.
 docs: setup
-	$(PYTHON) -m mkdocs build --strict --site-dir site  # no --quiet: it hides the warnings --strict counts
+	$(PYTHON) -m mkdocs build --strict --site-dir site
 
 # What a site installs: the wheel, with its package data (templates, the SPANK sources), in dist/.
 wheel: setup
