@@ -104,38 +104,51 @@ def _slurm(f: _Facts) -> CheckLine:
     return CheckLine("slurm", Status.OK, f"Slurm {f.slurm} here, controller runs {running}")
 
 
+def _plugstack_conf(f: _Facts) -> Path:
+    """The plugstack.conf Slurm reads (that of a staged install under --prefix)."""
+    if f.paths.prefix is not None:
+        return f.paths.plugstack_conf
+    return Path((f.slurm_conf or {}).get("PlugStackConfig") or f.paths.plugstack_conf)
+
+
+def _plugstack_plugins(conf: Path, depth: int = 0) -> list[str]:
+    """Every plugin path a plugstack.conf (and the files it includes) lists."""
+    try:
+        lines = conf.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    found: list[str] = []
+    for line in lines:
+        words = line.split("#", 1)[0].split()
+        if len(words) >= 2 and words[0] == "include" and depth < 3:
+            for path in sorted(glob.glob(words[1])):
+                found += _plugstack_plugins(Path(path), depth + 1)
+        elif len(words) >= 2 and words[0] in ("required", "optional"):
+            found.append(words[1])
+    return found
+
+
+def _plugin_path(f: _Facts) -> Path:
+    """The manifest's plugin; without one (installed by hand), the nvrx plugin plugstack names; else the default."""
+    if f.manifest.get("plugin"):
+        return Path(f.manifest["plugin"])
+    named = [p for p in _plugstack_plugins(_plugstack_conf(f)) if Path(p).name == "nvrx_spank.so"]
+    return Path(named[0]) if named else f.paths.plugin
+
+
 def _plugin_file(f: _Facts) -> CheckLine:
-    plugin = Path(f.manifest.get("plugin", f.paths.plugin))
+    plugin = _plugin_path(f)
     if not plugin.is_file():
         return CheckLine("plugin.file", Status.FAIL, f"{plugin} is missing", _INSTALL)
     return CheckLine("plugin.file", Status.OK, f"{plugin} ({plugin.stat().st_size} bytes)")
 
 
-def _plugstack_names(conf: Path, plugin: str, depth: int = 0) -> bool:
-    """Does plugstack.conf (or a file it includes) name `plugin`?"""
-    try:
-        lines = conf.read_text(errors="replace").splitlines()
-    except OSError:
-        return False
-    for line in lines:
-        words = line.split("#", 1)[0].split()
-        if len(words) >= 2 and words[0] == "include" and depth < 3:
-            if any(_plugstack_names(Path(p), plugin, depth + 1) for p in sorted(glob.glob(words[1]))):
-                return True
-        elif len(words) >= 2 and words[1] == plugin:
-            return True
-    return False
-
-
 def _plugstack(f: _Facts) -> CheckLine:
-    plugin = str(f.manifest.get("plugin", f.paths.plugin))
-    conf = Path((f.slurm_conf or {}).get("PlugStackConfig") or f.paths.plugstack_conf)
-    if f.paths.prefix is not None:
-        conf = f.paths.plugstack_conf
-    if _plugstack_names(conf, plugin):
+    plugin, conf = str(_plugin_path(f)), _plugstack_conf(f)
+    if plugin in _plugstack_plugins(conf):
         return CheckLine("plugin.plugstack", Status.OK, f"{conf} names {plugin}")
     return CheckLine("plugin.plugstack", Status.FAIL, f"{conf} (and what it includes) does not name {plugin}",
-                     f"{_INSTALL}; its plugstack.conf.d entry needs `include {f.paths.plugstack_dir}/*.conf`")
+                     f"{_INSTALL}; {conf} must `include {f.paths.plugstack_dir}/*.conf`")
 
 
 def _loadable(f: _Facts) -> CheckLine:
@@ -176,7 +189,7 @@ def _hook(kind: str) -> Callable[[_Facts], CheckLine]:
 
 
 def _prolog_flags(f: _Facts) -> CheckLine:
-    flags = (f.slurm_conf or {}).get("PrologFlags", "")
+    flags = (f.slurm_conf or {}).get("PrologFlags", "").replace("(null)", "")
     if "alloc" in flags.lower().split(","):
         return CheckLine("prolog.flags", Status.OK, f"PrologFlags={flags}")
     return CheckLine("prolog.flags", Status.WARN, f"PrologFlags={flags or '(none)'} lacks Alloc: the health gate "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -133,3 +134,17 @@ def test_site_install_check_rerun_and_uninstall_on_the_local_cluster(wheel_env, 
     assert gone.returncode == 0, _transcript(gone)
     left = sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*") if p.is_file())
     assert left == ["etc/nvrx-hpc/config.toml"], left
+
+
+def test_site_check_on_the_test_cluster_finds_the_plugin_plugstack_names(cluster):
+    """No manifest (the dev cluster is set up by `cluster up`, not site install): the check follows plugstack."""
+    if cluster.spank_plugin is None:
+        pytest.skip("the SPANK plugin is not built here")
+    done = cluster.run([sys.executable, "-m", "nvrx_hpc", "site", "check", "--json"], timeout=120,
+                       env={"NVRX_CONFIG": "/dev/null"})
+    lines = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert lines["plugin.file"]["status"] == "ok" and str(cluster.spank_plugin) in lines["plugin.file"]["detail"]
+    for name in ("slurm", "plugin.plugstack", "plugin.loadable", "prolog", "epilog"):
+        assert lines[name]["status"] == "ok", lines[name]
+    assert lines["prolog.flags"]["status"] == "warn" and "Alloc" in lines["prolog.flags"]["fix"]
+    assert lines["versions"]["status"] == "warn" and "no install manifest" in lines["versions"]["detail"]

@@ -12,7 +12,7 @@ import tomllib
 
 from nvrx_hpc.core.config import NvrxConfig, load_config
 from nvrx_hpc.deploy import SitePaths, Status, render, run_checks
-from nvrx_hpc.deploy.check import _plugstack_names, _static_dir
+from nvrx_hpc.deploy.check import _plugstack_plugins, _static_dir
 from nvrx_hpc.slurm.api import SlurmVersion
 from nvrx_hpc.slurm.parse_text import parse_show_config
 from nvrx_hpc.slurm.runner import CommandRunner
@@ -109,8 +109,9 @@ def test_static_dir_and_plugstack_includes(tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "nvrx.conf").write_text("# c\nrequired /p/nvrx_spank.so default=off\n")
     (tmp_path / "plugstack.conf").write_text(f"include {tmp_path}/d/*.conf\n")
-    assert _plugstack_names(tmp_path / "plugstack.conf", "/p/nvrx_spank.so")
-    assert not _plugstack_names(tmp_path / "plugstack.conf", "/q/nvrx_spank.so")
+    (tmp_path / "d" / "other.conf").write_text("optional /x/pyxis.so\n")
+    (tmp_path / "d" / "skip.txt").write_text("required /not/included.so\n")
+    assert _plugstack_plugins(tmp_path / "plugstack.conf") == ["/p/nvrx_spank.so", "/x/pyxis.so"]
 
 
 def test_site_check_without_slurm_says_what_fails_and_never_raises(tmp_path):
