@@ -54,6 +54,7 @@ class _Facts:
     runner: CommandRunner
     manifest: dict
     config: NvrxConfig | None = None
+    config_file: Path | None = None
     config_error: str = ""
     slurm: SlurmVersion | None = None
     slurm_error: str = ""
@@ -68,7 +69,8 @@ def _gather(paths: SitePaths, runner: CommandRunner) -> _Facts:
         manifest = {}
     facts = _Facts(paths, runner, manifest)
     try:
-        facts.config = (load_config(path=paths.config) if paths.config.is_file() else load_config()).config
+        resolved = load_config(path=paths.config) if paths.config.is_file() else load_config()
+        facts.config, facts.config_file = resolved.config, resolved.file
     except NvrxError as exc:
         facts.config_error = exc.message
     try:
@@ -90,7 +92,7 @@ def _package(f: _Facts) -> CheckLine:
 def _config(f: _Facts) -> CheckLine:
     if f.config is None:
         return CheckLine("config", Status.FAIL, f.config_error, f"fix {f.paths.config}; `nvrx-hpc config check`")
-    where = f.paths.config if f.paths.config.is_file() else "no site file, defaults"
+    where = f.config_file or "no site file, defaults"
     return CheckLine("config", Status.OK, f"valid ({where})")
 
 
@@ -223,8 +225,8 @@ def _sha256(path: Path) -> str:
 def _static_dir(template: str) -> Path:
     """The part of a %-template path before its first placeholder: what must exist or be creatable."""
     parts = Path(template).parts
-    fixed = [p for p in parts[: next((i for i, p in enumerate(parts) if "%" in p), len(parts))]]
-    return Path(*fixed) if fixed else Path("/")
+    first = next((i for i, part in enumerate(parts) if "%" in part), len(parts))
+    return Path(*parts[:first]) if first else Path("/")
 
 
 def _usable_dir(name: str, template: str | None) -> CheckLine:
