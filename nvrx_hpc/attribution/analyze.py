@@ -22,7 +22,7 @@ from nvrx_hpc.attribution.api import SCHEMA_VERSION, FileProblem, Hit, Verdict
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
 from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
 from nvrx_hpc.attribution.lines import LineContext
-from nvrx_hpc.attribution.localise import align_years, enrich, node_of_file, prefix_ranks
+from nvrx_hpc.attribution.localise import align_years, enrich, node_of_file, sample_file
 from nvrx_hpc.attribution.scanner import Scanner
 from nvrx_hpc.attribution.verdict import Findings, decide
 from nvrx_hpc.core.errors import AttributionError
@@ -95,9 +95,11 @@ def _job_id(files: RunFiles, events: Sequence[Any], hits: Sequence[Hit], given: 
 
 
 def _scan_logs(
-    scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int]
+    scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int],
+    dated: list[float],
 ) -> tuple[list[Hit], int]:
-    """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show."""
+    """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show,
+    `dated` a few of their dated stamps."""
     hits: list[Hit] = []
     scanned = 0
     for index, path in enumerate([*files.logs, *files.stacks], start=1):
@@ -110,7 +112,9 @@ def _scan_logs(
             rank = rank_of(path)
             ctx = LineContext(source, rank=rank, node=node_of_file(path, files.root), year=year, file_index=index)
             found = scanner.scan_file(path, ctx)
-            seen_ranks.update(prefix_ranks(path))
+            ranks, stamps = sample_file(path)
+            seen_ranks.update(ranks)
+            dated.extend(stamps)
             if rank is not None:
                 seen_ranks.add(rank)
         except OSError as exc:
@@ -159,12 +163,14 @@ def analyze(
         events = [e for e in events if e.time is None or e.time >= since]
         records = [r for r in records if r.time is None or r.time >= since]
     seen_ranks: set[int] = set()
-    hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks)
+    dated: list[float] = []
+    hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated)
     for r in records:
         if r.traceback:
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
-    hits = enrich(align_years(hits, [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]))
+    dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
+    hits = enrich(align_years(hits, dated))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     fr = analyze_files(files.fr_dumps, relative_to=files.root) if files.fr_dumps else None

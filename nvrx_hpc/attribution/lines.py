@@ -25,7 +25,7 @@ _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
 # pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit, an
 # exception name ("ValueError: ") has none.
-_HOST_PREFIX = re.compile(r"^(?!rank\d)(?P<host>[a-z][a-z0-9_-]*\d[a-z0-9_.-]*): (?=\S)")
+_HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun)(?P<host>[a-z][a-z0-9_-]*\d[a-z0-9_.-]*): (?=\S)")
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                                         "Dec"), 1)}  # fmt: skip
 _SYSLOG = re.compile(r"^(?:<\d+>)?(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"

@@ -16,16 +16,17 @@ from datetime import datetime
 from pathlib import Path
 
 from nvrx_hpc.attribution.api import Hit
-from nvrx_hpc.attribution.lines import ranks_of
+from nvrx_hpc.attribution.lines import parse_time, ranks_of
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
-__all__ = ["node_of_file", "prefix_ranks", "align_years", "enrich", "rank_nodes", "known_ranks", "hang_suspects"]
+__all__ = ["node_of_file", "sample_file", "align_years", "enrich", "rank_nodes", "known_ranks", "hang_suspects"]
 
 _KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "messages")
 _EXTENSIONS = (".gz", ".log", ".txt", ".out", ".err")
 _HOSTISH = re.compile(r"^[A-Za-z][\w.-]*$")
 _NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
 _PREFIX_RANKS = re.compile(rb"(?m)^\s*(\d{1,6}): |\[rank(\d{1,6})\]:|^\[default(\d{1,6})\]:")
+_DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _SAMPLE = 256 * 1024
 
 
@@ -63,9 +64,10 @@ def node_of_file(path: Path, root: Path | None = None) -> str | None:
     return None
 
 
-def prefix_ranks(path: Path, sample: int = _SAMPLE) -> set[int]:
-    """Ranks named by line prefixes (`12: `, `[rank12]:`, `[default12]:`) in the first and last `sample`
-    bytes of a file: a rank that prints nothing wrong still prints at start-up or at its end."""
+def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float]]:
+    """What the first and last `sample` bytes of a file say about the job, failure lines or not: the
+    ranks named by line prefixes (`12: `, `[rank12]:`, `[default12]:`; a rank that prints nothing wrong
+    still prints at start-up or at its end), and a few dated stamps (to put yearless ones in their year)."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -75,12 +77,18 @@ def prefix_ranks(path: Path, sample: int = _SAMPLE) -> set[int]:
                 f.seek(size - sample)
                 tail = f.read(sample)
     except OSError:
-        return set()
-    found = set()
+        return set(), []
+    found, dated = set(), []
     for data in (head, tail):
         for m in _PREFIX_RANKS.finditer(data):
             found.add(int(next(g for g in m.groups() if g is not None)))
-    return found
+        for m in _DATED.finditer(data[:65536]):
+            t = parse_time(m.group().decode())
+            if t is not None:
+                dated.append(t)
+            if len(dated) >= 8:
+                break
+    return found, dated
 
 
 def align_years(hits: Sequence[Hit], anchors: Iterable[float]) -> list[Hit]:
