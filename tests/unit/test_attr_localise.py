@@ -51,7 +51,8 @@ def test_a_hang_every_rank_reports_names_nobody(tmp_path):
 def test_the_rank_behind_is_named_from_the_watchdogs_progress_lines():
     lines = [f"[PG 0 Rank {r}] Timeout at NCCL work: 5120, last enqueued NCCL work: 5122, last completed NCCL work: "
              "5119." for r in (0, 1, 2)]  # fmt: skip
-    lines.append("[PG 0 Rank 3] Timeout at NCCL work: 5117, last enqueued NCCL work: 5117, last completed NCCL work: 5116.")
+    lines.append("[PG 0 Rank 3] Timeout at NCCL work: 5117, last enqueued NCCL work: 5117, last completed NCCL "
+                 "work: 5116.")
     hits = [classify_line(f"{r}: {line}", 1, LineContext("x")) for r, line in enumerate(lines)]
     assert hang_suspects(hits, {0, 1, 2, 3}) == ((3,), "behind")
 
@@ -70,7 +71,8 @@ def test_a_syslog_xid_names_its_node_time_and_the_rank_on_that_gpu(tmp_path):
     # a syslog stamp has no year: it takes the year of the job's dated lines (2024), not the file's
     assert "2024-03-14 02:31:07" in v.root_cause and "unknown time" not in v.root_cause
     xid_events = [t for t in v.timeline if t.kind == "log.xid_hardware"]
-    assert xid_events and xid_events[0].node == "gpu-n03" and xid_events[0].time == datetime(2024, 3, 14, 2, 31, 7).timestamp()
+    assert xid_events and xid_events[0].node == "gpu-n03"
+    assert xid_events[0].time == datetime(2024, 3, 14, 2, 31, 7).timestamp()
 
 
 def test_a_cgroup_oom_kill_names_the_task_of_its_cgroup_path(tmp_path):
@@ -80,7 +82,8 @@ def test_a_cgroup_oom_kill_names_the_task_of_its_cgroup_path(tmp_path):
         "step_0/task_3,task=python,pid=8812,uid=1000",
         "Mar  3 14:02:11 gpu-n02 kernel: Memory cgroup out of memory: Killed process 8812 (python) total-vm:3012kB",
     ]
-    out = ["slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0. Some of the step tasks have been OOM Killed."]
+    out = ["slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0. Some of the step tasks have been OOM "
+           "Killed."]
     v = analyze_run(_job(tmp_path, out, {"gpu-n02": kern})).verdict
     assert v.category is Category.HOST and not v.restartable and v.action.value == "stop"
     assert v.culprit.ranks == (3,) and v.culprit.nodes == ("gpu-n02",)
