@@ -20,7 +20,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import attribution_eval  # noqa: E402
 
-from nvrx_hpc.attribution.api import Category  # noqa: E402
+from nvrx_hpc.attribution.analyze import analyze_run  # noqa: E402
+from nvrx_hpc.attribution.api import Action, Category  # noqa: E402
 
 
 def test_the_corpus_has_60_cases_5_per_category_and_stays_small():
@@ -83,3 +84,16 @@ def test_bad_labels_are_refused_with_exit_2(tmp_path, label, message):
     (tmp_path / "c.label.json").write_text(label)
     done = subprocess.run([sys.executable, str(EVAL), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_category_restartable_and_recommendation_agree_on_every_case():
+    for name, case, _label in attribution_eval.load_cases(CORPUS):
+        v = analyze_run(case).verdict
+        if v.category in (Category.APPLICATION, Category.NUMERICAL):
+            assert not v.restartable and v.action is Action.STOP, name
+        if not v.restartable:
+            assert v.action is Action.STOP, name
+        if v.category is Category.UNKNOWN:
+            assert v.restartable and v.action is Action.RETRY and v.confidence <= 0.3, name
+        if v.action is Action.EXCLUDE_AND_RETRY:
+            assert v.category.infra and v.exclude_nodes, name
