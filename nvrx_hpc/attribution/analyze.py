@@ -96,10 +96,10 @@ def _job_id(files: RunFiles, events: Sequence[Any], hits: Sequence[Hit], given: 
 
 def _scan_logs(
     scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int],
-    dated: list[float],
+    dated: list[float], rank_hosts: dict[int, str],
 ) -> tuple[list[Hit], int]:
     """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show,
-    `dated` a few of their dated stamps."""
+    `dated` a few of their dated stamps, `rank_hosts` the hosts their prefixes pair with ranks."""
     hits: list[Hit] = []
     scanned = 0
     for index, path in enumerate([*files.logs, *files.stacks], start=1):
@@ -112,9 +112,11 @@ def _scan_logs(
             rank = rank_of(path)
             ctx = LineContext(source, rank=rank, node=node_of_file(path, files.root), year=year, file_index=index)
             found = scanner.scan_file(path, ctx)
-            ranks, stamps = sample_file(path)
+            ranks, stamps, hosts = sample_file(path)
             seen_ranks.update(ranks)
             dated.extend(stamps)
+            for r, host in hosts.items():
+                rank_hosts.setdefault(r, host)
             if rank is not None:
                 seen_ranks.add(rank)
         except OSError as exc:
@@ -164,7 +166,8 @@ def analyze(
         records = [r for r in records if r.time is None or r.time >= since]
     seen_ranks: set[int] = set()
     dated: list[float] = []
-    hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated)
+    rank_hosts: dict[int, str] = {}
+    hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts)
     for r in records:
         if r.traceback:
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
@@ -178,7 +181,8 @@ def analyze(
         problems.extend(fr.problems)
     verdict = decide(
         Findings(hits=hits, records=records, events=events, health=health, fr=fr, job_state=job_state,
-                 job_nodes=tuple(job_nodes), seen_ranks=frozenset(seen_ranks))
+                 job_nodes=tuple(job_nodes), seen_ranks=frozenset(seen_ranks),
+                 rank_hosts=rank_hosts)
     )  # fmt: skip
     inputs = {
         "logs": len(files.logs),

@@ -23,6 +23,7 @@ MAX_TEXT = 400  # characters of a line kept in a hit
 _SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): ")
 _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
+_MPI_RANK = re.compile(r"^\[\d+,(\d{1,7})\]<(?:stdout|stderr|stddiag)>:\s?")  # mpirun --tag-output: `[1,3]<stderr>:`
 # pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit, an
 # exception name ("ValueError: ") has none.
 _HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun)(?P<host>[a-z][a-z0-9_-]*\d[a-z0-9_.-]*): (?=\S)")
@@ -38,7 +39,8 @@ _DMESG_RAW = re.compile(r"^\[\s*(?P<boot>\d+\.\d+)\] ")
 _STEPD_HOST = re.compile(r"slurmstepd-(?P<host>[A-Za-z0-9][\w.-]*?): ")
 _SRUN_WHERE = re.compile(r"srun: error: (?P<host>[A-Za-z0-9][\w.-]*): tasks? (?P<tasks>[\d,-]+): ")
 _CGROUP_TASK = re.compile(r"/step_(?:\d+|batch|extern)/task_(?P<task>\d+)")
-_PID = re.compile(r"\bpid[=:] ?(\d+)|\(pid: (\d+)\)|\bPID (\d+)|Killed process (\d+)|\[\w+:(\d+)\]$")
+_PID = re.compile(r"\bpid[=:] ?(\d+)|\(pid: (\d+)\)|\bPID (\d+)|Killed process (\d+)|\[\w+:(\d+)\]$|"
+                  r"[\w.-]+\[(\d+)\]: (?:segfault|trap)")
 _INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank (\d{1,7})\b:|\[rank(\d{1,7})\]")
 _NCCL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 _NODE_WORD = re.compile(r"\bnode[:=] ?(?P<node>[A-Za-z][\w.-]*)")
@@ -70,11 +72,12 @@ def split_prefix(line: str) -> tuple[int | None, str]:
 
 
 def split_prefixes(line: str) -> tuple[int | None, str | None, str]:
-    """Strip the runner prefixes a line may carry, outermost first: srun `--label` (`12: `), a pdsh host
+    """Strip the runner prefixes a line may carry, outermost first: srun `--label` (`12: `) or mpirun's
+    `[1,12]<stderr>:`, a pdsh host
     (`node-b7: `), torchrun's `[default3]:`, torch's `[rank12]:`. Returns (rank, host, the rest); the
     outermost rank wins."""
     rank = node = None
-    m = _SRUN_LABEL.match(line)
+    m = _SRUN_LABEL.match(line) or _MPI_RANK.match(line)
     if m:
         rank = int(m.group(1))
         line = line[m.end() :]

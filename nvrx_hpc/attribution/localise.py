@@ -25,7 +25,10 @@ _KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "
 _EXTENSIONS = (".gz", ".log", ".txt", ".out", ".err")
 _HOSTISH = re.compile(r"^[A-Za-z][\w.-]*$")
 _NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
-_PREFIX_RANKS = re.compile(rb"(?m)^\s*(\d{1,6}): |\[rank(\d{1,6})\]:|^\[default(\d{1,6})\]:")
+_PREFIX_RANKS = re.compile(rb"(?m)^\s*(\d{1,6}): |\[rank(\d{1,6})\]:|^\[default(\d{1,6})\]:|^\[\d+,(\d{1,6})\]<std")
+# A host and a rank on one line's prefixes: `w2: [rank6]:` (pdsh), `6: w2:311:320 [6] NCCL` (srun + NCCL).
+_HOST_RANK = re.compile(rb"(?m)^([a-z][\w-]*\d[\w.-]*): \[rank(\d{1,6})\]:|"
+                        rb"^\s*(\d{1,6}): ([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL")
 _DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _SAMPLE = 256 * 1024
 
@@ -64,10 +67,11 @@ def node_of_file(path: Path, root: Path | None = None) -> str | None:
     return None
 
 
-def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float]]:
+def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float], dict[int, str]]:
     """What the first and last `sample` bytes of a file say about the job, failure lines or not: the
     ranks named by line prefixes (`12: `, `[rank12]:`, `[default12]:`; a rank that prints nothing wrong
-    still prints at start-up or at its end), and a few dated stamps (to put yearless ones in their year)."""
+    still prints at start-up or at its end), a few dated stamps (to put yearless ones in their year), and
+    the hosts those prefixes pair with a rank."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -77,9 +81,12 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float
                 f.seek(size - sample)
                 tail = f.read(sample)
     except OSError:
-        return set(), []
-    found, dated = set(), []
+        return set(), [], {}
+    found, dated, hosts = set(), [], {}
     for data in (head, tail):
+        for m in _HOST_RANK.finditer(data):
+            host, rank = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+            hosts.setdefault(int(rank), host.decode())
         for m in _PREFIX_RANKS.finditer(data):
             found.add(int(next(g for g in m.groups() if g is not None)))
         for m in _DATED.finditer(data[:65536]):
@@ -88,7 +95,7 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float
                 dated.append(t)
             if len(dated) >= 8:
                 break
-    return found, dated
+    return found, dated, hosts
 
 
 def align_years(hits: Sequence[Hit], anchors: Iterable[float]) -> list[Hit]:

@@ -10,8 +10,8 @@ ranks is cascade.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from nvrx_hpc.attribution.api import (
@@ -70,6 +70,7 @@ class Findings:
     job_state: str | None = None
     job_nodes: Sequence[str] = ()
     seen_ranks: frozenset[int] = frozenset()
+    rank_hosts: Mapping[int, str] = field(default_factory=dict)  # from line prefixes that are no hit
 
 
 @dataclass
@@ -102,7 +103,7 @@ def _health_category(check: str) -> Category:
 
 
 def _rank_nodes(f: Findings) -> dict[int, str]:
-    return map_rank_nodes(f.hits, (*f.records, *f.events))
+    return {**f.rank_hosts, **map_rank_nodes(f.hits, (*f.records, *f.events))}
 
 
 def _causes(f: Findings, record_time: dict[int, float]) -> list[_Cause]:
@@ -296,7 +297,7 @@ def decide(f: Findings) -> Verdict:
     nodes = sorted(({n for c in co for n in c.nodes} if nodes_from_co else set())
                    | {rank_nodes[r] for r in ranks if r in rank_nodes})  # fmt: skip
     gpus = sorted({g for c in co for g in c.gpus}) if nodes_from_co else []
-    if category in (Category.SCHEDULER, Category.UNKNOWN) and root.category is Category.SCHEDULER:
+    if category is Category.SCHEDULER:
         nodes, ranks, gpus = [], [], []  # a time limit or a cancel is the job's, not a node's
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
     if category in (Category.APPLICATION, Category.NUMERICAL):
