@@ -275,6 +275,7 @@ def decide(f: Findings) -> Verdict:
     ranks = sorted({r for c in co for r in c.ranks} | set(hit_ranks))
     nodes_from_co = True
     category = root.category
+    found_by = ""
     universe = known_ranks(f.hits, (*f.seen_ranks, *(r.rank for r in f.records), *(e.rank for e in f.events)))
     hung = [c for c in causes if c.kind in ("fr", "event") and c.category is Category.DISTRIBUTED_HANG]
     if root.category is Category.DISTRIBUTED_HANG and hung:
@@ -284,8 +285,11 @@ def decide(f: Findings) -> Verdict:
         ranks = sorted({r for c in hung for r in c.ranks})
     elif root.kind == "log" and root.signature in VICTIM_SIGNATURES:
         # Who prints a timeout or a peer error is waiting on someone else: name who they wait on.
-        suspects, _how = hang_suspects(f.hits, universe)
+        suspects, how = hang_suspects(f.hits, universe)
         ranks, nodes_from_co = list(suspects), False
+        found_by = {"behind": "; named because they never issued the collective the others wait on",
+                    "silent": "; named because they report nothing while the others time out",
+                    "none": "; every rank reports it, so the logs do not say who is late"}[how]  # fmt: skip
     elif root.strength == 1:
         # Only teardown lines (srun task exits, torchrun's summary, terminate): the failure is real,
         # its cause is not in these logs.
@@ -321,7 +325,7 @@ def decide(f: Findings) -> Verdict:
         action, exclude = Action.RETRY, ()
     rest = [c for c in causes if c not in co and c.kind == "log" and c.signature != "traceback_start"]
     cascade = _cascade(rest)
-    text = f"{root.summary} ({_where(ranks, nodes, gpus)}) at {_fmt_time(root.time)}"
+    text = f"{root.summary} ({_where(ranks, nodes, gpus)}) at {_fmt_time(root.time)}{found_by}"
     if cascade:
         total = sum(c.count for c in cascade)
         text += f"; {total} later line(s) on {len({r for c in cascade for r in c.ranks})} rank(s) are its cascade"
