@@ -4,7 +4,9 @@ snapshots, flight recorder, Slurm's job state). A pure function of its inputs; n
 Rule of thumb, in order: the strongest kind of cause present wins (a root signature over a weak one,
 such as a watchdog timeout, over cascade lines); among those, the earliest; GPU hardware evidence on
 the same node explains an application or framework error there; everything after the root on other
-ranks is cascade.
+ranks is cascade. Lines printed by the victims of a hang (timeouts, remote-peer errors, stacks inside a
+collective) name who they wait on, not who printed them (`localise.hang_suspects`); teardown lines
+alone give `unknown`; category, restartable and action always agree.
 """
 
 from __future__ import annotations
