@@ -221,6 +221,13 @@ CATALOG: tuple[Signature, ...] = (
         ("NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception",),
     ),
     # ---- framework crash --------------------------------------------------------------------------
+    Signature(  # before the crash signatures: the bus error of a full /dev/shm is the host's limit
+        "shm_exhausted", _H, _ROOT,
+        r"(?:insufficient shared memory \(shm\)|out of shared memory|No space left on device[^\n]*/dev/shm)",
+        ("shared memory",), False, "the host's shared memory (/dev/shm) ran out",
+        ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory "
+         "(shm).",),
+    ),
     Signature(
         "segfault", _F, _ROOT,
         r"(?:Segmentation fault|segfault at [0-9a-f]+|Fatal Python error: (?P<what>[A-Za-z ]+)|"
@@ -261,7 +268,7 @@ CATALOG: tuple[Signature, ...] = (
     Signature(
         "collective_timeout", _D, _WEAK,
         r"(?:Timed out waiting [^\n]*for (?:the )?(?:collective|barrier|all_?reduce|recv|send)|"
-        r"(?:collective|barrier) operation timed out|ProcessGroupGloo[^\n]*[Tt]imed out)",
+        r"timed out in monitoredBarrier|(?:collective|barrier) operation timed out|ProcessGroupGloo[^\n]*[Tt]imed out)",
         ("Timed out", "timed out"), True, "a collective timed out",
         ("RuntimeError: ProcessGroupGloo::allreduce: Timed out after 30000 ms",),
     ),
