@@ -8,6 +8,7 @@ Every file that cannot be read becomes an entry of `report.problems`; the analys
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import re
 import time
@@ -21,6 +22,7 @@ from nvrx_hpc.attribution.api import SCHEMA_VERSION, FileProblem, Hit, Verdict
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
 from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
 from nvrx_hpc.attribution.lines import LineContext
+from nvrx_hpc.attribution.localise import align_years, enrich, node_of_file, sample_file
 from nvrx_hpc.attribution.scanner import Scanner
 from nvrx_hpc.attribution.verdict import Findings, decide
 from nvrx_hpc.core.errors import AttributionError
@@ -29,6 +31,7 @@ __all__ = ["Report", "analyze", "analyze_run"]
 
 log = logging.getLogger(__name__)
 _JOB_DIR = re.compile(r"^\d+(?:_\d+)?$")
+_SLURM_OUT = re.compile(r"^slurm-(\d+(?:_\d+)?)\.(?:out|err|log)$")
 
 
 @dataclass(frozen=True)
@@ -61,21 +64,42 @@ class Report:
         return out
 
 
-def _job_id(files: RunFiles, events: Sequence[Any], given: str | None) -> str | None:
+def _job_id(files: RunFiles, events: Sequence[Any], hits: Sequence[Hit], given: str | None) -> str | None:
+    """The job id: given, else the run directory's name, the launcher's events (`job`, also under
+    `detail`), `status.json`, a `slurm-<id>.out` file name, or Slurm's `*** JOB <id> ON` line."""
     if given:
         return given
     if files.root is not None and _JOB_DIR.match(files.root.name):
         return files.root.name
     for e in events:
-        for key in ("job_id", "job"):
-            if e.raw.get(key) not in (None, ""):
-                return str(e.raw[key])
+        detail = e.raw.get("detail") if isinstance(e.raw.get("detail"), dict) else {}
+        for value in (e.raw.get("job_id"), e.raw.get("job"), detail.get("job_id"), detail.get("job")):
+            if value not in (None, "") and _JOB_DIR.match(str(value)):
+                return str(value)
+    if files.root is not None:
+        try:
+            status = json.loads((files.root / "status.json").read_text(encoding="utf-8"))
+            if isinstance(status, dict) and _JOB_DIR.match(str(status.get("job", ""))):
+                return str(status["job"])
+        except (OSError, ValueError):
+            pass
+    for path in files.logs:
+        m = _SLURM_OUT.match(path.name)
+        if m:
+            return m.group(1)
+    for h in hits:
+        job = h.fields.get("job", "")
+        if _JOB_DIR.match(job.split(".")[0]):
+            return job.split(".")[0]
     return None
 
 
 def _scan_logs(
-    scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem]
+    scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int],
+    dated: list[float], rank_hosts: dict[int, str],
 ) -> tuple[list[Hit], int]:
+    """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show,
+    `dated` a few of their dated stamps, `rank_hosts` the hosts their prefixes pair with ranks."""
     hits: list[Hit] = []
     scanned = 0
     for index, path in enumerate([*files.logs, *files.stacks], start=1):
@@ -85,7 +109,16 @@ def _scan_logs(
             if since is not None and stat.st_mtime < since:
                 continue
             year = datetime.fromtimestamp(stat.st_mtime).year
-            found = scanner.scan_file(path, LineContext(source, rank=rank_of(path), year=year, file_index=index))
+            rank = rank_of(path)
+            ctx = LineContext(source, rank=rank, node=node_of_file(path, files.root), year=year, file_index=index)
+            found = scanner.scan_file(path, ctx)
+            ranks, stamps, hosts = sample_file(path)
+            seen_ranks.update(ranks)
+            dated.extend(stamps)
+            for r, host in hosts.items():
+                rank_hosts.setdefault(r, host)
+            if rank is not None:
+                seen_ranks.add(rank)
         except OSError as exc:
             problems.append(FileProblem(source, f"cannot read: {exc.strerror or exc}"))
             continue
@@ -131,11 +164,16 @@ def analyze(
     if since is not None:
         events = [e for e in events if e.time is None or e.time >= since]
         records = [r for r in records if r.time is None or r.time >= since]
-    hits, scanned = _scan_logs(scanner, files, since, problems)
+    seen_ranks: set[int] = set()
+    dated: list[float] = []
+    rank_hosts: dict[int, str] = {}
+    hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts)
     for r in records:
         if r.traceback:
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
+    dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
+    hits = enrich(align_years(hits, dated))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     fr = analyze_files(files.fr_dumps, relative_to=files.root) if files.fr_dumps else None
@@ -143,7 +181,8 @@ def analyze(
         problems.extend(fr.problems)
     verdict = decide(
         Findings(hits=hits, records=records, events=events, health=health, fr=fr, job_state=job_state,
-                 job_nodes=tuple(job_nodes))
+                 job_nodes=tuple(job_nodes), seen_ranks=frozenset(seen_ranks),
+                 rank_hosts=rank_hosts)
     )  # fmt: skip
     inputs = {
         "logs": len(files.logs),
@@ -157,7 +196,7 @@ def analyze(
     }
     return Report(
         verdict=verdict,
-        job_id=_job_id(files, events, job_id),
+        job_id=_job_id(files, events, hits, job_id),
         run_dir=str(files.root) if files.root else None,
         generated_at=time.time(),
         seconds=time.monotonic() - started,

@@ -69,8 +69,9 @@ class Action(str, Enum):
 class Hit:
     """One log line that matched a signature, with where it came from and what it names.
 
-    `time` is epoch seconds when the line (or the nearest earlier line of the same file) carried a
-    timestamp, else None. `order` is a global reading order (file index, line) used when times are missing.
+    `time` is epoch seconds when the line carried a timestamp, else None; `clock` says how it was read
+    (`iso`, `noyear`, `boot` or ""; see `lines`). `order` is a global reading order (file index, line)
+    used when times are missing.
     """
 
     signature: str
@@ -87,6 +88,7 @@ class Hit:
     order: tuple[int, int] = (0, 0)
     restartable: bool | None = None
     summary: str = ""
+    clock: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -4,8 +4,9 @@ op, size or dtype disagree.
 
 Sequence ids, not clocks, decide (clocks differ across hosts). A rank's progress comes from its
 `pg_status` (last enqueued / completed collective) when present, else from its entries. The culprits
-are the ranks that never joined a collective while waiting on none themselves: a rank blocked in
-another group is a victim of that group, not a cause.
+are the ends of the waits-for chains across groups: a rank blocked in group A on a rank that never
+joined A is a victim of it; a rank missing from group B because it is blocked in A is a victim too;
+only a rank that never joined and waits on nobody is a root cause.
 
 Point-to-point ops (`send 0->1`, `recv 1<-0`, group-local ranks) are paired per direction: a send still
 pending whose peer has no pending receive from it means the peer never posted that receive (and the
@@ -254,6 +255,11 @@ def _analyze_group(
         return None  # everything issued was completed everywhere
     at_seq = [e for es in by_rank.values() for e in es if e.seq == first_open and not e.is_p2p]
     head = min(at_seq, key=lambda e: e.time_created_ns or 0) if at_seq else None
+    never = {r for r, v in enq.items() if v < first_open <= top}
+    # A collective cannot complete without every member: a rank that issued it while a peer never did is
+    # waiting on that peer, even where its own progress says "completed" (gloo counts a collective that
+    # failed with a timeout as completed).
+    blocked = {r for r in enq if enq[r] > done[r]} | ({r for r in enq if enq[r] >= first_open} if never else set())
     return PGFinding(
         pg=name,
         desc=desc,
@@ -262,10 +268,10 @@ def _analyze_group(
         op=head.op if head else None,
         sizes=[_lists(head.input_sizes), _lists(head.output_sizes)] if head else None,
         dtypes=_lists(head.input_dtypes) if head else None,
-        never_joined=tuple(sorted(r for r, v in enq.items() if v < first_open <= top)),
+        never_joined=tuple(sorted(never)),
         behind=tuple(sorted(r for r, v in enq.items() if first_open <= v < top)),
         missing_dumps=missing if top >= first_open else (),
-        blocked=tuple(sorted(r for r in enq if enq[r] > done[r])),
+        blocked=tuple(sorted(blocked)),
         mismatch=mismatch,
         p2p=tuple(p2p),
         last_enqueued=enq,
@@ -275,12 +281,30 @@ def _analyze_group(
 
 
 def _culprits(findings: Sequence[PGFinding]) -> tuple[int, ...]:
-    blocked = {r for f in findings for r in f.blocked} | {p["waiting"] for f in findings for p in f.p2p}
+    """The ranks the hang waits on. Each group gives edges "blocked rank -> rank that never joined" (and
+    "waiting rank -> rank that never posted" for point-to-point ops); a rank blocked in one group while
+    missing from another is a victim, so the culprits are the ranks at the end of those chains: reached
+    from a blocked rank and waiting on nobody themselves."""
+    waits: dict[int, set[int]] = {}
+    for f in findings:
+        for b in f.blocked:
+            waits.setdefault(b, set()).update(r for r in f.never_joined if r != b)
+        for p in f.p2p:
+            waits.setdefault(p["waiting"], set()).add(p["missing"])
     never = {r for f in findings for r in f.never_joined} | {p["missing"] for f in findings for p in f.p2p}
-    free = never - blocked
-    if free:
-        return tuple(sorted(free))
-    if never:
+    sinks: set[int] = set()
+    for start in never:
+        seen, todo = {start}, [start]
+        while todo:
+            r = todo.pop()
+            nxt = waits.get(r, set()) - seen
+            if not waits.get(r):
+                sinks.add(r)
+            seen |= nxt
+            todo.extend(nxt)
+    if sinks:
+        return tuple(sorted(sinks))
+    if never:  # everyone waits on someone (a cycle): every rank that never joined is a suspect
         return tuple(sorted(never))
     mism = {r for f in findings if f.mismatch for r in f.mismatch["culprits"]}
     if mism:

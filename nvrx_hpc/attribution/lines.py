@@ -1,20 +1,46 @@
-"""One log line in, one `Hit` out: strip the rank prefixes, pick the first signature that matches, and
-pull out rank, node, GPU and time. Pure functions; the scanner decides which lines get here."""
+"""One log line in, one `Hit` out: strip the prefixes (srun `--label`, torchrun `[defaultN]:`, `[rankN]:`,
+a pdsh/DeepSpeed `host: `), read the line's own header (syslog and `journalctl` host and time, `dmesg -T`
+and raw `dmesg` stamps, `slurmstepd-<host>:`), pick the first signature that matches, and pull out
+rank, node, GPU, pid and time. Pure functions; the scanner decides which lines get here.
+
+A hit's `clock` says how its time was read: `iso` (a full date), `noyear` (syslog, journal short and glog
+stamps carry no year: the analysis moves them to the year of the job's other stamps), `boot` (raw
+`dmesg`: seconds since boot, kept in `fields["boot_s"]`, no wall time) or "" (none)."""
 
 from __future__ import annotations
 
 import re
 from datetime import datetime
 
-from nvrx_hpc.attribution.api import Hit, Role
-from nvrx_hpc.attribution.signatures import CASCADE_EXCEPTIONS, CATALOG, Signature
+from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.signatures import CATALOG, Signature, exception_role
 
-__all__ = ["classify_line", "parse_time", "LineContext", "split_prefix", "MAX_TEXT"]
+__all__ = ["classify_line", "parse_time", "read_header", "LineContext", "split_prefix", "split_prefixes", "ranks_of",
+           "MAX_TEXT"]
 
 MAX_TEXT = 400  # characters of a line kept in a hit
 
 _SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): ")
 _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
+_TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
+_MPI_RANK = re.compile(r"^\[\d+,(\d{1,7})\]<(?:stdout|stderr|stddiag)>:\s?")  # mpirun --tag-output: `[1,3]<stderr>:`
+# pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit, an
+# exception name ("ValueError: ") has none.
+_HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun)(?P<host>[a-z][a-z0-9_-]*\d[a-z0-9_.-]*): (?=\S)")
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
+                                        "Dec"), 1)}  # fmt: skip
+_SYSLOG = re.compile(r"^(?:<\d+>)?(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
+                     r"(?:\.\d+)? (?P<host>[A-Za-z0-9][\w.-]*) ")
+_JOURNAL_ISO = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?)(?:Z|[+-]\d\d:?\d\d)? "
+                          r"(?P<host>[A-Za-z0-9][\w.-]*) ")
+_DMESG_T = re.compile(r"^\[(?:[A-Z][a-z]{2} )?(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) "
+                      r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d) (?P<y>\d{4})\] ")
+_DMESG_RAW = re.compile(r"^\[\s*(?P<boot>\d+\.\d+)\] ")
+_STEPD_HOST = re.compile(r"slurmstepd-(?P<host>[A-Za-z0-9][\w.-]*?): ")
+_SRUN_WHERE = re.compile(r"srun: error: (?P<host>[A-Za-z0-9][\w.-]*): tasks? (?P<tasks>[\d,-]+): ")
+_CGROUP_TASK = re.compile(r"/step_(?:\d+|batch|extern)/task_(?P<task>\d+)")
+_PID = re.compile(r"\bpid[=:] ?(\d+)|\(pid: (\d+)\)|\bPID (\d+)|Killed process (\d+)|\[\w+:(\d+)\]$|"
+                  r"[\w.-]+\[(\d+)\]: (?:segfault|trap)")
 _INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank (\d{1,7})\b:|\[rank(\d{1,7})\]")
 _NCCL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 _NODE_WORD = re.compile(r"\bnode[:=] ?(?P<node>[A-Za-z][\w.-]*)")
@@ -41,16 +67,71 @@ class LineContext:
 
 def split_prefix(line: str) -> tuple[int | None, str]:
     """Strip `srun --label` (`12: `) and torch (`[rank12]:`) prefixes; return (rank or None, the rest)."""
-    rank = None
-    m = _SRUN_LABEL.match(line)
+    rank, _node, rest = split_prefixes(line)
+    return rank, rest
+
+
+def split_prefixes(line: str) -> tuple[int | None, str | None, str]:
+    """Strip the runner prefixes a line may carry, outermost first: srun `--label` (`12: `) or mpirun's
+    `[1,12]<stderr>:`, a pdsh host
+    (`node-b7: `), torchrun's `[default3]:`, torch's `[rank12]:`. Returns (rank, host, the rest); the
+    outermost rank wins."""
+    rank = node = None
+    m = _SRUN_LABEL.match(line) or _MPI_RANK.match(line)
     if m:
         rank = int(m.group(1))
         line = line[m.end() :]
-    m = _TORCH_RANK.match(line)
+    m = _HOST_PREFIX.match(line)
     if m:
-        rank = int(m.group(1)) if rank is None else rank
+        node = m.group("host")
         line = line[m.end() :]
-    return rank, line
+    for pattern in (_TEE_RANK, _TORCH_RANK):
+        m = pattern.match(line)
+        if m:
+            rank = int(m.group(1)) if rank is None else rank
+            line = line[m.end() :]
+    return rank, node, line
+
+
+def read_header(text: str, year: int | None) -> tuple[float | None, str, str | None, str | None]:
+    """(time, clock, host, boot seconds) from a syslog, journal, `dmesg -T` or raw `dmesg` line header."""
+    try:
+        m = _SYSLOG.match(text)
+        if m and m.group("mon") in _MONTHS:
+            when = datetime(year or datetime.now().year, _MONTHS[m.group("mon")], int(m.group("day")),
+                            int(m.group("h")), int(m.group("mi")), int(m.group("s")))  # fmt: skip
+            return when.timestamp(), "noyear", m.group("host"), None
+        m = _JOURNAL_ISO.match(text)
+        if m:
+            return parse_time(m.group("ts")), "iso", m.group("host"), None
+        m = _DMESG_T.match(text)
+        if m and m.group("mon") in _MONTHS:
+            when = datetime(int(m.group("y")), _MONTHS[m.group("mon")], int(m.group("day")), int(m.group("h")),
+                            int(m.group("mi")), int(m.group("s")))  # fmt: skip
+            return when.timestamp(), "iso", None, None
+    except ValueError:
+        return None, "", None, None
+    m = _DMESG_RAW.match(text)
+    if m:
+        return None, "boot", None, m.group("boot")
+    return None, "", None, None
+
+
+def _clock(text: str) -> str:
+    return "iso" if _ISO.search(text) else "noyear" if _GLOG.search(text) else ""
+
+
+def ranks_of(tasks: str) -> list[int]:
+    """`0-3,5` -> [0, 1, 2, 3, 5] (empty when it does not parse or is implausibly long)."""
+    out: list[int] = []
+    for part in tasks.split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            return []
+        out.extend(range(int(lo), int(hi or lo) + 1))
+        if len(out) > 100_000:
+            return []
+    return out
 
 
 def _frac(digits: str | None) -> float:
@@ -94,7 +175,7 @@ def classify_line(
     raw: str, line_no: int, ctx: LineContext, catalog: tuple[Signature, ...] = CATALOG
 ) -> Hit | None:
     """The hit for one line (1-based `line_no`), or None when no signature matches it."""
-    prefix_rank, text = split_prefix(raw.rstrip("\r\n"))
+    prefix_rank, prefix_node, text = split_prefixes(raw.rstrip("\r\n"))
     for sig in catalog:
         m = sig.compiled().search(text)
         if m:
@@ -102,20 +183,38 @@ def classify_line(
     else:
         return None
     fields = {k: v for k, v in m.groupdict().items() if v is not None}
-    role = sig.role
+    role, category = sig.role, sig.category
     exc = fields.get("exc", "")
-    if sig.id == "python_exception" and exc.rpartition(".")[2] in CASCADE_EXCEPTIONS:
-        role = Role.CASCADE
+    if sig.id == "python_exception":
+        role, category = exception_role(exc.rpartition(".")[2], role, category)
+    when, clock, head_node, boot = read_header(text, ctx.year)
+    if when is None:
+        when = parse_time(text, ctx.year)
+        clock = _clock(text) if when is not None else clock
+    if boot is not None:
+        fields["boot_s"] = boot
     rank = prefix_rank
     if rank is None and "rank" in fields:
         rank = int(fields.pop("rank"))
+    fields.pop("rank", None)
+    where = _SRUN_WHERE.search(text)
+    if where:
+        fields.setdefault("tasks", where.group("tasks"))
+    if rank is None:
+        cg = _CGROUP_TASK.search(text)
+        rank = int(cg.group("task")) if cg else None
     if rank is None:
         rank = _first_int(_INLINE_RANK.search(text))
+    if rank is None and fields.get("tasks", "").isdigit():
+        rank = int(fields["tasks"])
     if rank is None:
         rank = ctx.rank
     node = fields.pop("failed", None) or fields.pop("node", None)
     fields.pop("node", None)
     gpu = fields.pop("gpu", None)
+    stepd = _STEPD_HOST.search(text)
+    node = node or (where.group("host") if where else None) or (stepd.group("host") if stepd else None)
+    node = node or head_node or prefix_node
     nccl = _NCCL_PREFIX.match(text)
     if nccl:
         node = node or nccl.group("host")
@@ -126,8 +225,10 @@ def classify_line(
     if gpu is None:
         dev = _DEVICE_WORD.search(text)
         gpu = dev.group("dev") if dev else None
-    if rank is None and fields.get("tasks", "").isdigit():
-        rank = int(fields["tasks"])
+    if "pid" not in fields:
+        pid = _first_int(_PID.search(text))
+        if pid is not None:
+            fields["pid"] = str(pid)
     shown = dict(fields)
     if node:
         shown.setdefault("node", node)
@@ -135,12 +236,12 @@ def classify_line(
         shown.setdefault("gpu", gpu)
     return Hit(
         signature=sig.id,
-        category=sig.category,
+        category=category,
         role=role,
         source=ctx.source,
         line=line_no,
         text=raw.strip()[:MAX_TEXT],
-        time=parse_time(text, ctx.year),
+        time=when,
         rank=rank,
         node=node,
         gpu=gpu,
@@ -148,4 +249,5 @@ def classify_line(
         order=(ctx.file_index, line_no),
         restartable=sig.restartable,
         summary=_summary(sig, shown),
+        clock=clock if when is not None else ("boot" if boot is not None else ""),
     )

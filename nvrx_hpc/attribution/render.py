@@ -16,12 +16,17 @@ from nvrx_hpc.core.errors import AttributionError
 
 __all__ = ["to_markdown", "to_html", "write_reports", "timeline_svg"]
 
-# Marker of each timeline kind: (shape, colour); kinds not listed fall back on their last word.
+# Marker of each timeline kind: (shape, colour), by the kind's last word that names one; failures and hangs
+# are crosses (a rank that exited, the launcher's culprit, a lost agent, a failing check, a log line that
+# is a cause); kinds not listed are grey circles.
 _MARKS = {
-    "started": ("circle", "#2b8a3e"), "failed": ("cross", "#c92a2a"), "hung": ("cross", "#e8590c"),
+    "started": ("circle", "#2b8a3e"), "failed": ("cross", "#c92a2a"), "exited": ("cross", "#c92a2a"),
+    "culprit": ("cross", "#c92a2a"), "lost": ("cross", "#c92a2a"), "hung": ("cross", "#e8590c"),
     "restart": ("diamond", "#1c7ed6"), "requeue": ("diamond", "#5f3dc4"), "checkpoint": ("square", "#0b7285"),
-    "saved": ("square", "#0b7285"), "excluded": ("triangle", "#862e9c"), "stop": ("square", "#495057"),
+    "saved": ("square", "#0b7285"), "committed": ("square", "#0b7285"), "excluded": ("triangle", "#862e9c"),
+    "stop": ("square", "#495057"), "stopped": ("square", "#495057"),
 }  # fmt: skip
+_FAILURE_SOURCES = ("log.", "record.", "health.")  # timeline kinds made from evidence of a failure
 
 
 def _when(t: float | None) -> str:
@@ -83,6 +88,8 @@ def to_markdown(report: Mapping[str, Any]) -> str:
 
 
 def _mark(kind: str) -> tuple[str, str]:
+    if kind.startswith(_FAILURE_SOURCES):
+        return ("cross", "#e8590c" if "hang" in kind or "timeout" in kind else "#c92a2a")
     for word in reversed(kind.replace(".", "_").split("_")):
         if word in _MARKS:
             return _MARKS[word]

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from nvrx_hpc.attribution.api import Category, Role
 
-__all__ = ["Signature", "CATALOG", "catalog_by_id", "XID_HARDWARE", "XID_APPLICATION"]
+__all__ = ["Signature", "CATALOG", "catalog_by_id", "exception_role", "XID_HARDWARE", "XID_APPLICATION",
+           "VICTIM_SIGNATURES"]
 
 # Xids that mean the GPU (or its link) is bad, and those that are usually the application's doing.
 XID_HARDWARE = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 121, 140, 154)
@@ -91,6 +92,20 @@ CATALOG: tuple[Signature, ...] = (
          "len=0 vendor err 129 (Recv)",),
     ),
     Signature(
+        "nic_link_down", _N, _ROOT,
+        r"(?:mlx5_core[^\n]*(?:Link down|link down|Cable error|module \d+, (?:Cable|Power)|health compromised|"
+        r"firmware fatal|cmd_exec timeout)|\bib\w*: (?:lost carrier|[Ll]ink down)|NIC Link is Down)",
+        ("mlx5_core", "lost carrier", "Link is Down"), True, "network interface went down",
+        ("Mar  3 14:02:11 dgx-17 kernel: mlx5_core 0000:0c:00.0 ibp12s0: Link down",),
+    ),
+    Signature(
+        "nccl_connect_failure", _N, _ROOT,
+        r"NCCL WARN[^\n]*(?:socketStartConnect|Connect to \S+ failed|Call to connect)",
+        ("NCCL WARN",), True, "NCCL could not connect to a peer",
+        ("n2:311:319 [4] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.2.0.1<43121> failed : "
+         "Connection refused",),
+    ),
+    Signature(
         "nccl_net_failure", _N, _ROOT,
         r"(?:NET/(?:Socket|IB|OFI)|Net )[^\n]{0,80}?(?:Connection reset by peer|Broken pipe|completed with error|"
         r"Connection refused|No route to host)",
@@ -121,9 +136,23 @@ CATALOG: tuple[Signature, ...] = (
     # ---- host -----------------------------------------------------------------------------------
     Signature(
         "linux_oom_kill", _H, _ROOT,
-        r"(?:Memory cgroup out of memory|Out of memory): Killed process (?P<pid>\d+) \((?P<proc>[^)]*)\)",
-        ("Killed process",), False, "Linux OOM killer killed {proc} (pid {pid})",
-        ("Out of memory: Killed process 4242 (python) total-vm:9000kB, anon-rss:8000kB",),
+        r"(?:(?:Memory cgroup out of memory|Out of memory): Killed process (?P<pid>\d+) \((?P<proc>[^)]*)\)|"
+        r"oom-kill:constraint=\w+[^\n]*?,pid=(?P<pid2>\d+)|Task in /\S+ killed as a result of limit)",
+        ("Killed process", "oom-kill:", "killed as a result of limit"), False, "Linux OOM killer killed a process",
+        ("Out of memory: Killed process 4242 (python) total-vm:9000kB, anon-rss:8000kB",
+         "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),oom_memcg=/slurm/uid_1/job_4/step_0/task_3,"
+         "task=python,pid=8812,uid=1"),
+    ),
+    Signature(
+        "host_kernel_fault", _H, _ROOT,
+        r"(?:BUG: soft lockup|blocked for more than \d+ seconds|nfs: server \S+ not responding|"
+        r"Machine check events logged|\[Hardware Error\]|EDAC MC\d+: \d+ UE |EXT4-fs error|"
+        r"XFS \(\S+\): (?:Corruption|metadata I/O error)|Buffer I/O error|Kernel panic)",
+        ("soft lockup", "blocked for more than", "not responding", "Machine check", "Hardware Error", " UE ",
+         "EXT4-fs error", "XFS (", "Buffer I/O error", "Kernel panic"),
+        True, "the host's kernel reported a hardware, storage or lockup fault",
+        ("Apr 21 11:05:13 c12 kernel: INFO: task python:51234 blocked for more than 122 seconds.",
+         "[Wed Aug  7 03:18:40 2024] mce: [Hardware Error]: Machine check events logged"),
     ),
     Signature(
         "slurm_oom_kill", _H, _ROOT,
@@ -134,7 +163,8 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(
         "node_failure", _H, _ROOT,
-        rf"(?:{_SLURM_CANCEL} DUE TO NODE FAILURE|srun: error: Node failure on (?P<failed>[\w.-]+))",
+        r"(?:\*\*\* (?:JOB|STEP) [\d.]+\w* ON (?P<survivor>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE|"
+        r"srun: error: Node failure on (?P<failed>[\w.-]+))",
         ("NODE FAILURE", "Node failure"), True, "Slurm reported a node failure",
         ("srun: error: Node failure on n3",),
     ),
@@ -154,8 +184,8 @@ CATALOG: tuple[Signature, ...] = (
         "job was preempted",
         ("slurmstepd: error: *** JOB 77 ON n2 CANCELLED AT 2024-04-20T09:09:37 DUE TO PREEMPTION ***",),
     ),
-    Signature(
-        "slurm_cancelled", _S, _ROOT, rf"{_SLURM_CANCEL}(?: DUE TO (?P<why>[A-Za-z_ ]+?))? \*\*\*",
+    Signature(  # weak: srun cancels the step itself when a task dies; a cancel is a cause only alone
+        "slurm_cancelled", _S, _WEAK, rf"{_SLURM_CANCEL}(?: DUE TO (?P<why>[A-Za-z_ ]+?))? \*\*\*",
         ("CANCELLED AT",), False, "job was cancelled",
         ("slurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2024-04-20T09:09:37 ***",),
     ),
@@ -163,8 +193,10 @@ CATALOG: tuple[Signature, ...] = (
     Signature(
         "nan_loss", _M, _ROOT,
         r"(?:(?:loss|grad[ _]norm|Loss)[^\n|]{0,24}?(?:: |=)(?:nan|-?inf)\b|Loss is (?:NaN|nan|Inf|inf)|"
-        r"found NaN in|Unexpected result nan|non-finite (?:loss|gradient|value))",
-        (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite"),
+        r"found NaN in|Unexpected result nan|non-finite (?:loss|gradient|value)|[Ll]oss became (?:NaN|nan|inf|Inf)|"
+        r"returned nan values|= (?:nan|-?inf) is not finite|loss scale already at minimum)",
+        (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite",
+         "became", "returned nan", "not finite", "at minimum"),
         False, "loss or gradients became NaN/Inf",
         (" iteration 120/1000 | lm loss: nan | grad norm: nan |",
          "AssertionError: Rank 13: found NaN in local grad norm in backward pass. Device: 5, node: node-15-11"),
@@ -189,6 +221,13 @@ CATALOG: tuple[Signature, ...] = (
         ("NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception",),
     ),
     # ---- framework crash --------------------------------------------------------------------------
+    Signature(  # before the crash signatures: the bus error of a full /dev/shm is the host's limit
+        "shm_exhausted", _H, _ROOT,
+        r"(?:insufficient shared memory \(shm\)|out of shared memory|No space left on device[^\n]*/dev/shm)",
+        ("shared memory",), False, "the host's shared memory (/dev/shm) ran out",
+        ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory "
+         "(shm).",),
+    ),
     Signature(
         "segfault", _F, _ROOT,
         r"(?:Segmentation fault|segfault at [0-9a-f]+|Fatal Python error: (?P<what>[A-Za-z ]+)|"
@@ -197,6 +236,13 @@ CATALOG: tuple[Signature, ...] = (
          "SIGSEGV", "SIGBUS", "SIGILL"),
         True, "process crashed (segfault, bus error or illegal instruction)",
         ("Fatal Python error: Segmentation fault",),
+    ),
+    Signature(
+        "heap_corruption", _F, _ROOT,
+        r"(?:double free or corruption|free\(\): invalid|malloc\(\): (?:corrupted|memory corruption|unaligned)|"
+        r"corrupted size vs\. prev_size|munmap_chunk\(\): invalid pointer)",
+        ("double free", "free(): invalid", "malloc(): ", "corrupted size", "munmap_chunk"), True,
+        "the process corrupted its heap and aborted", ("free(): invalid next size (fast)",),
     ),
     Signature(
         "nccl_internal", _F, _WEAK,
@@ -221,8 +267,8 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(
         "collective_timeout", _D, _WEAK,
-        r"(?:Timed out waiting [^\n]*for (?:the )?(?:collective|barrier|all_?reduce)|"
-        r"(?:collective|barrier) operation timed out|ProcessGroupGloo[^\n]*[Tt]imed out)",
+        r"(?:Timed out waiting [^\n]*for (?:the )?(?:collective|barrier|all_?reduce|recv|send)|"
+        r"timed out in monitoredBarrier|(?:collective|barrier) operation timed out|ProcessGroupGloo[^\n]*[Tt]imed out)",
         ("Timed out", "timed out"), True, "a collective timed out",
         ("RuntimeError: ProcessGroupGloo::allreduce: Timed out after 30000 ms",),
     ),
@@ -263,6 +309,33 @@ CATALOG: tuple[Signature, ...] = (
         ("Error: ", "Exception: ", "Interrupt: "), False, "{exc}: {msg}",
         ("ValueError: shape mismatch: expected [4, 8], got [4, 9]",),
     ),
+    # ---- context that only localises: rank -> node, the world size, stacks inside a collective ------
+    Signature(
+        "nccl_comm_init", _D, _CTX,
+        r"^(?P<node>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO (?:ncclCommInitRank )?comm 0x[0-9a-f]+ "
+        r"rank (?P<rank>\d+) nranks (?P<world>\d+)",
+        ("nranks",), None, "NCCL communicator of {world} ranks",
+        ("n3:2231:2290 [5] NCCL INFO comm 0x55d0c0 rank 13 nranks 16 cudaDev 5 busId ab000 - Init COMPLETE",),
+    ),
+    Signature(
+        "world_size", _D, _CTX,
+        r"(?:\bworld_size[=:] ?(?P<world>\d+)|\bWORLD_SIZE=(?P<world2>\d+)|GLOBAL_RANK: (?P<rank>\d+), MEMBER: "
+        r"\d+/(?P<world3>\d+))",
+        ("world_size", "WORLD_SIZE", "GLOBAL_RANK"), None, "world size",
+        ("Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4",),
+    ),
+    Signature(
+        "elastic_box_host", _F, _CTX, r"^\s+host\s+: (?P<node>[A-Za-z0-9][\w.-]*)\s*$", ("host      :",), None,
+        "torchrun failure on host {node}", ("  host      : dgx-b-04",),
+    ),
+    Signature(
+        "elastic_box_rank", _F, _CTX, r"^\s+rank\s+: (?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)",
+        ("(local_rank:",), None, "torchrun failure of rank", ("  rank      : 6 (local_rank: 6)",),
+    ),
+    Signature(
+        "stack_in_collective", _D, _CTX, r"distributed_c10d\.py", ("distributed_c10d",), None,
+        "a stack inside a collective", ("    all_reduce (torch/distributed/distributed_c10d.py:2501)",),
+    ),
     Signature(
         "traceback_start", _A, _CTX, r"Traceback \(most recent call last\):", ("Traceback",), None,
         "Python traceback", ("Traceback (most recent call last):",),
@@ -270,7 +343,23 @@ CATALOG: tuple[Signature, ...] = (
 )
 
 # Exceptions that are the visible end of a failure elsewhere, not a cause of their own.
-CASCADE_EXCEPTIONS = ("DistBackendError", "ChildFailedError", "KeyboardInterrupt", "DistNetworkError", "SystemExit")
+CASCADE_EXCEPTIONS = ("DistBackendError", "ChildFailedError", "KeyboardInterrupt", "DistNetworkError", "SystemExit",
+                      "SignalException")
+# NCCL's own error types name where the trouble is; they are a cause only when nothing stronger is found.
+_NCCL_EXCEPTIONS = {"ncclSystemError": _N, "ncclRemoteError": _N, "ncclInternalError": _F,
+                    "ncclUnhandledCudaError": _F, "ncclInvalidUsage": _F}  # fmt: skip
+# Hits that victims print about a peer or a collective: who prints them is not who caused them.
+VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "heartbeat_stuck",
+                     "nccl_remote_error", "stack_in_collective")
+
+
+def exception_role(name: str, role: Role, category: Category) -> tuple[Role, Category]:
+    """(role, category) of a Python exception line by the exception's class name."""
+    if name in CASCADE_EXCEPTIONS:
+        return Role.CASCADE, category
+    if name in _NCCL_EXCEPTIONS:
+        return Role.WEAK, _NCCL_EXCEPTIONS[name]
+    return role, category
 
 
 def catalog_by_id() -> dict[str, Signature]:

@@ -4,14 +4,16 @@ snapshots, flight recorder, Slurm's job state). A pure function of its inputs; n
 Rule of thumb, in order: the strongest kind of cause present wins (a root signature over a weak one,
 such as a watchdog timeout, over cascade lines); among those, the earliest; GPU hardware evidence on
 the same node explains an application or framework error there; everything after the root on other
-ranks is cascade.
+ranks is cascade. Lines printed by the victims of a hang (timeouts, remote-peer errors, stacks inside a
+collective) name who they wait on, not who printed them (`localise.hang_suspects`); teardown lines
+alone give `unknown`; category, restartable and action always agree.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from nvrx_hpc.attribution.api import (
@@ -27,6 +29,9 @@ from nvrx_hpc.attribution.api import (
 )
 from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
+from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
+from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
+from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
 __all__ = ["Findings", "decide", "DEFAULT_RESTARTABLE"]
 
@@ -66,6 +71,8 @@ class Findings:
     fr: FRReport | None = None
     job_state: str | None = None
     job_nodes: Sequence[str] = ()
+    seen_ranks: frozenset[int] = frozenset()
+    rank_hosts: Mapping[int, str] = field(default_factory=dict)  # from line prefixes that are no hit
 
 
 @dataclass
@@ -98,11 +105,7 @@ def _health_category(check: str) -> Category:
 
 
 def _rank_nodes(f: Findings) -> dict[int, str]:
-    nodes: dict[int, str] = {}
-    for item in (*f.records, *f.events, *f.hits):
-        if item.rank is not None and item.node and item.rank not in nodes:
-            nodes[item.rank] = item.node
-    return nodes
+    return {**f.rank_hosts, **map_rank_nodes(f.hits, (*f.records, *f.events))}
 
 
 def _causes(f: Findings, record_time: dict[int, float]) -> list[_Cause]:
@@ -179,8 +182,9 @@ def _launcher_culprit(e) -> _Cause:
     finding = str(detail.get("finding", ""))
     reason = str(e.raw.get("reason") or e.detail)
     cat, strength, ok = _LAUNCHER_FINDINGS.get(finding, (Category.UNKNOWN, 1, None))
-    if finding == "exited" and "signal" in reason:
-        cat = Category.FRAMEWORK_CRASH
+    if finding == "exited":
+        # Who exited is certain; why is not: a crash signal says framework, a bare exit code says nothing.
+        cat = Category.FRAMEWORK_CRASH if "signal" in reason.lower() else Category.UNKNOWN
     text = f"launcher: {reason}"
     # When it happened, not when the launcher decided: the time of the matching finding.
     when = e.time
@@ -216,6 +220,7 @@ def _pick_root(causes: list[_Cause], rank_nodes: dict[int, str]) -> tuple[_Cause
                and c.category is not Category.SCHEDULER]
         if why:
             root = min(why, key=_key)
+    root = _specific(root, causes)
     if root.category in (Category.APPLICATION, Category.FRAMEWORK_CRASH):
         nodes = set(root.nodes) | {rank_nodes[r] for r in root.ranks if r in rank_nodes}
         for c in sorted(causes, key=_key):
@@ -223,6 +228,17 @@ def _pick_root(causes: list[_Cause], rank_nodes: dict[int, str]) -> tuple[_Cause
                                                                             set(c.ranks) & set(root.ranks)):
                 return c, root.ranks
     return root, ()
+
+
+def _specific(root: _Cause, causes: list[_Cause]) -> _Cause:
+    """A generic exception line carries a more specific cause printed with it (the OSError of a full disk,
+    the RuntimeError of a CUDA OOM): the specific signature of the same rank and traceback wins."""
+    if root.signature != "python_exception":
+        return root
+    near = [c for c in causes if c.kind == "log" and c.strength == 3 and c.signature != "python_exception"
+            and c.evidence.source == root.evidence.source and c.ranks == root.ranks
+            and abs((c.evidence.line or 0) - (root.evidence.line or 0)) <= 30]  # fmt: skip
+    return min(near, key=lambda c: abs((c.evidence.line or 0) - (root.evidence.line or 0))) if near else root
 
 
 def _fmt_time(t: float | None) -> str:
@@ -259,34 +275,59 @@ def decide(f: Findings) -> Verdict:
         )
     co = [c for c in causes if c.key == root.key and c.strength == root.strength]
     ranks = sorted({r for c in co for r in c.ranks} | set(hit_ranks))
-    if root.category is Category.DISTRIBUTED_HANG:
+    nodes_from_co = True
+    category = root.category
+    found_by = ""
+    universe = known_ranks(f.hits, (*f.seen_ranks, *(r.rank for r in f.records), *(e.rank for e in f.events)))
+    hung = [c for c in causes if c.kind in ("fr", "event") and c.category is Category.DISTRIBUTED_HANG]
+    if root.category is Category.DISTRIBUTED_HANG and hung:
         # Watchdog lines come from the victims; the flight recorder and hang events name the cause.
-        hung = [c for c in causes if c.kind in ("fr", "event") and c.category is Category.DISTRIBUTED_HANG]
-        if hung:
-            root = min(hung, key=lambda c: (c.kind != "fr", _key(c)))
-            co = hung
-            ranks = sorted({r for c in hung for r in c.ranks})
-    nodes = sorted({n for c in co for n in c.nodes} | {rank_nodes[r] for r in ranks if r in rank_nodes})
-    gpus = sorted({g for c in co for g in c.gpus})
-    if root.category is Category.SCHEDULER:  # a time limit or a cancel is the job's, not a node's
-        nodes, ranks, gpus = [], [], []
-    restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[root.category]
+        root = min(hung, key=lambda c: (c.kind != "fr", _key(c)))
+        co = hung
+        ranks = sorted({r for c in hung for r in c.ranks})
+    elif root.kind == "log" and root.signature in VICTIM_SIGNATURES:
+        # Who prints a timeout or a peer error is waiting on someone else: name who they wait on.
+        suspects, how = hang_suspects(f.hits, universe)
+        ranks, nodes_from_co = list(suspects), False
+        found_by = {"behind": "; named because they never issued the collective the others wait on",
+                    "silent": "; named because they report nothing while the others time out",
+                    "none": "; every rank reports it, so the logs do not say who is late"}[how]  # fmt: skip
+    elif root.strength == 1:
+        # Only teardown lines (srun task exits, torchrun's summary, terminate): the failure is real,
+        # its cause is not in these logs.
+        category = Category.UNKNOWN
+    if root.category is Category.GPU_HARDWARE and not ranks:
+        ranks = sorted(_ranks_under_gpu(root, causes, rank_nodes))
+    if root.kind == "log" and len(ranks) >= 2 and universe and set(ranks) >= universe:
+        ranks, nodes_from_co = [], False  # every rank failed the same way: the job's code or data, not one rank
+    nodes = sorted(({n for c in co for n in c.nodes} if nodes_from_co else set())
+                   | {rank_nodes[r] for r in ranks if r in rank_nodes})  # fmt: skip
+    gpus = sorted({g for c in co for g in c.gpus}) if nodes_from_co else []
+    if category is Category.SCHEDULER:
+        nodes, ranks, gpus = [], [], []  # a time limit or a cancel is the job's, not a node's
+    restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
+    if category in (Category.APPLICATION, Category.NUMERICAL):
+        restartable = False  # the workload's own failure comes back on any node
+    elif category is Category.UNKNOWN:
+        restartable = True
     corroborated = any(
         c.kind != root.kind and (set(c.ranks) & set(ranks) or set(c.nodes) & set(nodes)) for c in causes
     ) or (root.kind != "log" and any(c.kind == "log" and c.category is root.category for c in causes))
     rivals = {c.category for c in causes if c.strength == root.strength and c.category is not root.category}
     confidence = _BASE_CONFIDENCE[root.strength] + (0.1 if corroborated else 0) + (0.05 if nodes or ranks else 0)
     confidence -= 0.1 if rivals and root.strength < 3 else 0
+    if category is Category.UNKNOWN:
+        confidence = min(confidence, 0.3)
     unhealthy = {p.node for p in f.health}
     if not restartable:
         action, exclude = Action.STOP, ()
-    elif nodes and (root.category.infra or set(nodes) & unhealthy):
+    elif nodes and (category.infra or set(nodes) & unhealthy):
         action, exclude = Action.EXCLUDE_AND_RETRY, tuple(nodes)
     else:
         action, exclude = Action.RETRY, ()
     rest = [c for c in causes if c not in co and c.kind == "log" and c.signature != "traceback_start"]
     cascade = _cascade(rest)
-    text = f"{root.summary} ({_where(ranks, nodes, gpus)}) at {_fmt_time(root.time)}"
+    text = f"{root.summary} ({_where(ranks, nodes, gpus)}) at {_fmt_time(root.time)}{found_by}"
     if cascade:
         total = sum(c.count for c in cascade)
         text += f"; {total} later line(s) on {len({r for c in cascade for r in c.ranks})} rank(s) are its cascade"
@@ -294,7 +335,7 @@ def decide(f: Findings) -> Verdict:
     evidence += [c.evidence for c in causes if c.kind != "log" and c not in co][:8]
     evidence += [Evidence(c.source, c.first, line=c.line, entry=c.signature, role="cascade") for c in cascade[:8]]
     return Verdict(
-        category=root.category,
+        category=category,
         root_cause=text,
         culprit=Culprit(nodes=tuple(nodes), ranks=tuple(ranks), gpus=tuple(gpus)),
         restartable=restartable,
@@ -306,6 +347,22 @@ def decide(f: Findings) -> Verdict:
         exclude_nodes=exclude,
         signature=root.signature,
     )
+
+
+def _ranks_under_gpu(root: _Cause, causes: list[_Cause], rank_nodes: dict[int, str]) -> set[int]:
+    """The ranks a GPU fault with no rank of its own hit: ranks whose own root errors (CUDA, ECC, a crash)
+    ran on its node, or GPU errors on ranks whose node nobody says."""
+    found: set[int] = set()
+    for c in causes:
+        if c is root or c.kind not in ("log", "record") or c.strength != 3:
+            continue
+        if c.category not in (Category.GPU_HARDWARE, Category.APPLICATION, Category.FRAMEWORK_CRASH):
+            continue
+        for r in c.ranks:
+            node = rank_nodes.get(r) or (c.nodes[0] if c.nodes else None)
+            if (node is not None and node in root.nodes) or (node is None and c.category is Category.GPU_HARDWARE):
+                found.add(r)
+    return found
 
 
 def _cascade(causes: list[_Cause]) -> list[Cascade]:

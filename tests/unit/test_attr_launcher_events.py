@@ -29,7 +29,7 @@ def _run_dir(tmp_path, finding: str, reason: str):
 @pytest.mark.parametrize(
     ("finding", "reason", "category"),
     [
-        ("exited", "rank 2 on n2 exited with code 1", "application"),
+        ("exited", "rank 2 on n2 exited with code 1", "unknown"),  # who exited is known; why is not
         ("exited", "rank 2 on n2 killed by signal 9", "framework_crash"),
         ("hung", "rank 2 on n2 hung: no heartbeat for 9.0 s", "distributed_hang"),
         ("health", "n2 failed health check gpu.xid: Xid 79", "gpu_hardware"),
@@ -40,3 +40,5 @@ def test_launcher_culprit_names_rank_and_node(tmp_path, finding, reason, categor
     verdict = report.verdict
     assert verdict.category.value == category
     assert "n2" in verdict.culprit.nodes and 2 in verdict.culprit.ranks
+    if category == "unknown":  # category, restartable and recommendation agree: nothing says a retry cannot help
+        assert verdict.restartable and verdict.action.value == "retry" and verdict.confidence <= 0.3

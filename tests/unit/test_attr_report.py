@@ -104,3 +104,34 @@ def test_cli_bad_settings_variable(run_dir):
     done = cli(str(run_dir), env={"NVRX_ATTR_WEBHOOK_URLL": "http://x"})
     assert done.returncode == ExitCode.USAGE
     assert "unknown attribution variable NVRX_ATTR_WEBHOOK_URLL" in done.stderr
+
+
+def test_the_job_id_comes_from_the_launchers_events_when_the_run_dir_is_not_named_by_it(tmp_path):
+    """The demo's failing job runs in `<demo>/failing`: its report must still say which job it was."""
+    run = Path(shutil.copytree(CORPUS / "hang_launcher_event", tmp_path / "failing"))
+    with open(run / "events.jsonl", "a") as events:
+        events.write(json.dumps({"time": 1.0, "kind": "launcher.started", "node": None, "rank": None,
+                                 "detail": {"job": "5150", "nodes": ["n1", "n2"]}}) + "\n")  # fmt: skip
+    data = analyze_run(run).to_dict()
+    assert data["job_id"] == "5150"
+    assert to_markdown(data).startswith("# Failure report for job 5150") and "job ?" not in to_html(data)
+
+
+def test_the_job_id_from_a_slurm_output_file_name(tmp_path):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "slurm-4711.out").write_text("0: ValueError: bad\n")
+    assert analyze_run(tmp_path).job_id == "4711"
+
+
+def test_failures_and_hangs_are_drawn_as_crosses_as_the_legend_says():
+    svg = timeline_svg([
+        {"time": 1.0, "kind": "launcher.step.started", "node": "n1", "rank": None, "detail": ""},
+        {"time": 2.0, "kind": "launcher.rank.exited", "node": "n1", "rank": 2, "detail": "code 1"},
+        {"time": 2.1, "kind": "launcher.culprit", "node": "n1", "rank": 2, "detail": "code 1"},
+        {"time": 2.2, "kind": "launcher.rank.hung", "node": "n2", "rank": 5, "detail": ""},
+        {"time": 2.3, "kind": "log.xid_hardware", "node": "n2", "rank": None, "detail": "Xid 79"},
+        {"time": 3.0, "kind": "launcher.restart", "node": None, "rank": None, "detail": ""},
+    ])  # fmt: skip
+    marks = [part.split("</title>")[1] for part in svg.split("<g><title>")[1:]]
+    shapes = ["circle" if m.startswith("<circle") else "cross" if "stroke-width" in m else "path" for m in marks]
+    assert shapes == ["circle", "cross", "cross", "cross", "cross", "path"]

@@ -1,0 +1,228 @@
+"""Where a failure happened, from every source at once: which node a file or line belongs to, which rank
+a pid or a torchrun failure box names, which ranks the job has, one timeline for stamps without a year,
+and which ranks a hang is waiting on.
+
+Pure functions over hits (plus a little file reading in `prefix_ranks`); `analyze` applies them after
+the scan and `verdict` asks `hang_suspects` when the evidence comes from the victims of a hang.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+
+from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.lines import parse_time, ranks_of
+from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
+
+__all__ = ["node_of_file", "sample_file", "align_years", "enrich", "rank_nodes", "known_ranks", "hang_suspects"]
+
+_KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "messages")
+_EXTENSIONS = (".gz", ".log", ".txt", ".out", ".err")
+_HOSTISH = re.compile(r"^[A-Za-z][\w.-]*$")
+_NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
+_PREFIX_RANKS = re.compile(rb"(?m)^\s*(\d{1,6}): |\[rank(\d{1,6})\]:|^\[default(\d{1,6})\]:|^\[\d+,(\d{1,6})\]<std")
+# A host and a rank on one line's prefixes: `w2: [rank6]:` (pdsh), `6: w2:311:320 [6] NCCL` (srun + NCCL).
+_HOST_RANK = re.compile(rb"(?m)^([a-z][\w-]*\d[\w.-]*): \[rank(\d{1,6})\]:|"
+                        rb"^\s*(\d{1,6}): ([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL")
+_DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
+_SAMPLE = 256 * 1024
+
+
+def _strip_words(name: str) -> str:
+    """`gpu-n03.kern.log` -> `gpu-n03`, `dmesg-node017.txt` -> `node017`; "" when no kernel word is in it."""
+    for ext in _EXTENSIONS:
+        name = name.removesuffix(ext)
+    strip = {*_KERNEL_WORDS, "k"}
+    kept, seen = [], False
+    for token in re.split(r"[._]", name):  # '-' stays: host names hold it
+        sub = token.split("-")
+        while sub and sub[0].lower() in strip:
+            seen = seen or sub[0].lower() != "k"
+            sub.pop(0)
+        while sub and sub[-1].lower() in strip:
+            seen = seen or sub[-1].lower() != "k"
+            sub.pop()
+        if sub:
+            kept.append("-".join(sub))
+    return ".".join(kept) if seen else ""
+
+
+def node_of_file(path: Path, root: Path | None = None) -> str | None:
+    """The host a kernel log belongs to, from its name (`gpu-n03.kern.log`, `dmesg-node017.txt`,
+    `journalctl-k-dgx-17.txt`, `n2.dmesg`) or, for a bare `syslog`/`dmesg`, its directory (`a03/syslog`).
+    None for files whose name says nothing about a kernel log."""
+    name = path.name
+    if not any(w in name.lower() for w in _KERNEL_WORDS):
+        return None
+    host = _strip_words(name)
+    if not host and path.parent != root and path.parent.name:
+        host = path.parent.name
+    if host and _HOSTISH.match(host) and host.lower() not in _NOT_HOSTS and host.lower() not in _KERNEL_WORDS:
+        return host
+    return None
+
+
+def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float], dict[int, str]]:
+    """What the first and last `sample` bytes of a file say about the job, failure lines or not: the
+    ranks named by line prefixes (`12: `, `[rank12]:`, `[default12]:`; a rank that prints nothing wrong
+    still prints at start-up or at its end), a few dated stamps (to put yearless ones in their year), and
+    the hosts those prefixes pair with a rank."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(sample)
+            tail = b""
+            if size > 2 * sample:
+                f.seek(size - sample)
+                tail = f.read(sample)
+    except OSError:
+        return set(), [], {}
+    found, dated, hosts = set(), [], {}
+    for data in (head, tail):
+        for m in _HOST_RANK.finditer(data):
+            host, rank = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+            hosts.setdefault(int(rank), host.decode())
+        for m in _PREFIX_RANKS.finditer(data):
+            found.add(int(next(g for g in m.groups() if g is not None)))
+        for m in _DATED.finditer(data[:65536]):
+            t = parse_time(m.group().decode())
+            if t is not None:
+                dated.append(t)
+            if len(dated) >= 8:
+                break
+    return found, dated, hosts
+
+
+def align_years(hits: Sequence[Hit], anchors: Iterable[float]) -> list[Hit]:
+    """Move stamps that carry no year (syslog, journal short, glog) to the year that puts them nearest
+    the job's dated stamps (ISO lines, `dmesg -T`, events, failure records)."""
+    dated = sorted([h.time for h in hits if h.clock == "iso" and h.time is not None] + list(anchors))
+    if not dated:
+        return list(hits)
+    ref = dated[len(dated) // 2]
+    ref_year = datetime.fromtimestamp(ref).year
+    out = []
+    for h in hits:
+        if h.clock == "noyear" and h.time is not None:
+            when = datetime.fromtimestamp(h.time)
+            best = h.time
+            for year in (ref_year - 1, ref_year, ref_year + 1):
+                try:
+                    t = when.replace(year=year).timestamp()
+                except ValueError:  # 29 February
+                    continue
+                if abs(t - ref) < abs(best - ref):
+                    best = t
+            h = dataclasses.replace(h, time=best)
+        out.append(h)
+    return out
+
+
+def enrich(hits: Sequence[Hit]) -> list[Hit]:
+    """Give hits the rank and node that other lines say: a pid named with its rank elsewhere (torchrun's
+    `local_rank: 3 (pid: 2231)`, a cgroup path's task), torchrun's failure box (`host :` above `rank :`),
+    and, in a file whose box names one failed rank, that rank for the file's lines that name none."""
+    pid_rank: dict[str, int] = {}
+    for h in hits:
+        pid = h.fields.get("pid") or h.fields.get("pid2")
+        rank = h.rank if h.rank is not None else _int(h.fields.get("local_rank"))
+        if pid and rank is not None:
+            pid_rank.setdefault(pid, rank)
+    boxes: dict[str, list[tuple[int, int]]] = defaultdict(list)  # source -> (line, rank)
+    hosts: dict[tuple[str, int], str] = {}
+    for h in hits:
+        if h.signature == "elastic_box_rank" and h.rank is not None:
+            boxes[h.source].append((h.line, h.rank))
+        elif h.signature == "elastic_box_host" and h.node and h.node.lower() not in _NOT_HOSTS:
+            hosts[(h.source, h.line)] = h.node
+    out = []
+    for h in hits:
+        rank, node = h.rank, h.node
+        if node and node.lower() in _NOT_HOSTS:
+            node = None
+        if rank is None:
+            pid = h.fields.get("pid") or h.fields.get("pid2")
+            rank = pid_rank.get(pid) if pid else None
+        if rank is None and h.signature == "elastic_child_failed":
+            rank = _int(h.fields.get("local_rank"))
+        in_box = {r for _line, r in boxes.get(h.source, [])}
+        if rank is None and len(in_box) == 1:
+            rank = next(iter(in_box))
+        if node is None and h.signature == "elastic_box_rank":
+            node = hosts.get((h.source, h.line - 1))
+        if (rank, node) != (h.rank, h.node):
+            h = dataclasses.replace(h, rank=rank, node=node)
+        out.append(h)
+    return out
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def rank_nodes(hits: Iterable[Hit], others: Iterable = ()) -> dict[int, str]:
+    """rank -> node from every hit and record/event that names both, and `srun: error: host: tasks 4-5`."""
+    nodes: dict[int, str] = {}
+    for item in others:
+        if item.rank is not None and item.node and item.rank not in nodes:
+            nodes[item.rank] = item.node
+    for h in hits:
+        if not h.node:
+            continue
+        if h.rank is not None:
+            nodes.setdefault(h.rank, h.node)
+        tasks = h.fields.get("tasks")
+        if tasks and not tasks.isdigit():
+            for r in ranks_of(tasks):
+                nodes.setdefault(r, h.node)
+    return nodes
+
+
+def known_ranks(hits: Iterable[Hit], others: Iterable[int] = ()) -> set[int]:
+    """Every rank the job is known to have: named anywhere, in srun task lists, the world size, and
+    every rank below the highest one named (ranks are 0..N-1)."""
+    ranks = {r for r in others if r is not None}
+    world = 0
+    for h in hits:
+        if h.rank is not None:
+            ranks.add(h.rank)
+        tasks = h.fields.get("tasks")
+        if tasks:
+            ranks.update(ranks_of(tasks))
+        for key in ("world", "world2", "world3"):
+            if h.fields.get(key, "").isdigit():
+                world = max(world, int(h.fields[key]))
+    top = max(ranks, default=-1) + 1
+    size = max(world, top)
+    return set(range(size)) if size <= 100_000 else ranks
+
+
+def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, ...], str]:
+    """The ranks a hang waits on, judged from its victims' lines, and how they were found.
+
+    1. Behind: a rank whose last enqueued collective is before the one the others timed out on
+       (`Timeout at NCCL work: N, last enqueued NCCL work: M`) never issued it.
+    2. Silent: when most of the job's ranks report a timeout (or sit in a collective in their stack
+       dumps), the ranks that report nothing are the suspects (at most a third of the ranks).
+    Otherwise nobody: every rank reports, so the logs do not say who is late.
+    """
+    victims = [h for h in hits if h.signature in VICTIM_SIGNATURES and h.rank is not None]
+    progress = [(h.rank, int(h.fields["seq"]), int(h.fields["enqueued"])) for h in victims
+                if h.signature == "watchdog_progress" and h.fields.get("seq", "").isdigit()
+                and h.fields.get("enqueued", "").lstrip("-").isdigit()]  # fmt: skip
+    if progress:
+        waited = max(seq for _r, seq, _e in progress)
+        behind = {r for r, _s, enq in progress if enq < waited}
+        reporters = {r for r, _s, _e in progress}
+        if behind and behind != reporters:
+            return tuple(sorted(behind)), "behind"
+    reporting = {h.rank for h in victims}
+    silent = universe - reporting
+    if len(reporting) >= 2 and silent and len(silent) <= max(1, len(universe) // 3):
+        return tuple(sorted(silent)), "silent"
+    return (), "none"
