@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import re
@@ -21,10 +20,12 @@ from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.core.wire import load_token, new_token, save_token
-from nvrx_hpc.launcher.culprit import Finding, pick_culprit
-from nvrx_hpc.launcher.hub import AgentHub, HubEvent
-from nvrx_hpc.launcher.policy import Action, Attempt, Outcome, RestartPolicy
+from nvrx_hpc.launcher.culprit import Finding, finding_from_event, pick_culprit
+from nvrx_hpc.launcher.evidence import node_responding, partition_capacity, quick_health
+from nvrx_hpc.launcher.hub import AgentHub
+from nvrx_hpc.launcher.policy import Action, Attempt, NodeEvidence, NodeJudgement, Outcome, RestartPolicy, judge_node
 from nvrx_hpc.launcher.pool import NodePool
+from nvrx_hpc.launcher.rundir import JobIdentity, claim_run_dir, read_state, write_state
 from nvrx_hpc.launcher.settings import RunSettings
 from nvrx_hpc.launcher.status import write_status
 from nvrx_hpc.launcher.steps import (
@@ -66,31 +67,49 @@ class Launcher:
         self._stop_requested = asyncio.Event()
         self._restarts_before = 0
         self._ranks: dict[str, dict] = {}
+        self._outcome: str | None = None  # how the launcher ended (status.json, `nvrx-hpc status`)
+        self._failures: list[dict] = []  # {node, time, reason} of every failed attempt, kept across requeues
+        self._env: dict[str, str] = dict(os.environ)
 
     # ------------------------------------------------------------------ set-up
 
     def _prepare_run_dir(self) -> bytes:
+        identity = JobIdentity(
+            job_id=self.ctx.job_id, uid=os.getuid(), cluster=self.ctx.cluster_name,
+            submit_time=self._submit_time(), restart_count=self.ctx.restart_count,
+        )  # fmt: skip
+        moved = claim_run_dir(self.run_dir, identity)
+        if moved is not None:
+            self.events.emit("launcher.run_dir.previous_job", reason="the run directory held another job with "
+                             f"this id; its files moved to {moved}", moved_to=str(moved))  # fmt: skip
         for sub in ("logs", "stacks", "fr"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         token_file = self.run_dir / "token"
         if not token_file.exists():
             save_token(token_file, new_token())
-        state = self._read_state()
+        state = read_state(self.run_dir)
         self._restarts_before = int(state.get("restarts_total", 0))
+        self._failures = [f for f in state.get("failures", []) if isinstance(f, dict) and "node" in f and "time" in f]
         return load_token(token_file)
 
-    def _read_state(self) -> dict:
+    def _submit_time(self) -> str | None:
+        """Slurm's SubmitTime for this job (new on each requeue), or None when Slurm cannot say."""
         try:
-            return json.loads((self.run_dir / "launcher-state.json").read_text())
-        except (OSError, ValueError):
-            return {}
+            done = self.runner.run(["scontrol", "-o", "show", "job", str(self.ctx.job_id)], timeout=15)
+        except NvrxError:
+            return None
+        match = re.search(r"\bSubmitTime=(\S+)", done.stdout)
+        return match.group(1) if match else None
 
-    def _write_state(self) -> None:
+    def _write_state(self, stopped: str | None = None) -> None:
         state = {
             "restarts_total": self._restarts_before + max(0, len(self.history) - 1),
             "excluded": self.pool.excluded if self.pool else {},
+            "failures": self._failures[-100:],
         }
-        (self.run_dir / "launcher-state.json").write_text(json.dumps(state, indent=1))
+        if stopped:
+            state["stopped"] = stopped
+        write_state(self.run_dir, state)
 
     def _advertise_host(self) -> str:
         first = self.ctx.node_name or (self.ctx.node_list[0] if self.ctx.node_list else None)
@@ -114,7 +133,7 @@ class Launcher:
         token = self._prepare_run_dir()
         nodes = list(self.ctx.node_list)
         self.s.validate(len(nodes))
-        excluded_before = self._read_state().get("excluded", {})
+        excluded_before = read_state(self.run_dir).get("excluded", {})
         self.pool = NodePool.split(nodes, self.s.spares, {n: w for n, w in excluded_before.items() if n in nodes})
         self.events.emit(
             "launcher.started", job=self.ctx.job_id, nodes=nodes, pool=self.pool.to_dict(), command=self.s.command,
@@ -125,6 +144,7 @@ class Launcher:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGUSR1, self._on_time_limit_warning)
         env = {**os.environ, "NVRX_TOKEN_FILE": str(self.run_dir / "token"), "NVRX_RUN_DIR": str(self.run_dir)}
+        self._env = env
         site = self.s.mode == "site"
         socket_template = self.s.agent_socket if site else f"/tmp/nvrx-{os.getuid()}-{self.ctx.job_id}/agent-%n.sock"
         link_args = [
@@ -184,36 +204,40 @@ class Launcher:
         wanted = len(self.pool.active)
         while True:
             if not self.pool.active:
-                return self._requeue("no usable node left in the allocation")
+                return await self._requeue_or_stop("no usable node left in the allocation")
             index = len(self.history)
             restart = self._restarts_before + index
             attempt = await self._run_step(index, restart, env, socket_template, plugin)
             self.history.append(attempt)
             self._write_state()
+            verdict = None
             if attempt.outcome == Outcome.FAILED and self.s.attribution:
                 verdict = await self._judge(attempt)
-                if verdict is not None and not verdict.restartable:
+                if verdict is not None and (not verdict.restartable or verdict.action.value == "stop"):
                     # A failure of the workload itself (an exception, OOM, NaN, a full disk): restarting
                     # repeats it and excluding (or draining) a healthy node would be wrong.
                     reason = f"not restartable ({verdict.category.value}): {verdict.root_cause}"
-                    self.events.emit("launcher.stop", reason=reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
+                    self._end("launcher.stop", reason=reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
                     return ExitCode.DO_NOT_REQUEUE
             spare_used = False
             active_before = len(self.pool.active)
             if attempt.outcome == Outcome.FAILED and attempt.culprit_node:
-                spare_used = self._exclude(attempt.culprit_node, attempt.reason) is not None
+                judgement = await self._judge_node(attempt, verdict)
+                if judgement.exclude:
+                    spare_used = self._exclude(attempt.culprit_node, judgement.reason) is not None
             decision = policy.decide(self.history, len(self.pool.active), spare_used, wanted)
             self.events.emit(
                 f"launcher.decision.{decision.action.value}", reason=decision.reason, attempt=index,
                 pool=self.pool.to_dict(), active_before=active_before,
             )
             if decision.action == Action.DONE:
+                self._outcome = f"done: {decision.reason}"
                 return ExitCode.OK
             if decision.action == Action.STOP:
-                self.events.emit("launcher.stop", reason=decision.reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
+                self._end("launcher.stop", reason=decision.reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
                 return ExitCode.DO_NOT_REQUEUE
             if decision.action == Action.REQUEUE:
-                return self._requeue(decision.reason)
+                return await self._requeue_or_stop(decision.reason)
             self.events.emit("launcher.restart", reason=decision.reason, restart=restart + 1,
                              nodes=self.pool.active, world_size=len(self.pool.active) * self.s.tasks_per_node)
 
@@ -236,12 +260,79 @@ class Launcher:
         )  # fmt: skip
         return v
 
-    def _requeue(self, reason: str) -> ExitCode:
+    def _end(self, kind: str, reason: str, **detail: Any) -> None:
+        """The launcher's last decision: an event, and the outcome `nvrx-hpc status` shows."""
+        self._outcome = f"{kind.removeprefix('launcher.')}: {reason}"
+        self.events.emit(kind, reason=reason, **detail)
+
+    async def _judge_node(self, attempt: Attempt, verdict: Any) -> NodeJudgement:
+        """Whether the culprit node goes: only on evidence about the node (decision table in docs/launcher.md)."""
+        node = attempt.culprit_node
+        probe = None
+        if attempt.finding in ("exited", "hung", "srun"):  # a software fault unless the node says otherwise
+            probe = await quick_health(node, self._env)
+            self.events.emit("launcher.node.health_check", node=node, ok=probe.health_ok, reachable=probe.reachable,
+                             reason=probe.detail, seconds=round(probe.seconds, 2))
+        reachable = probe.reachable if probe is not None else None
+        if reachable is not False and node_responding(self.backend, node) is False:
+            reachable = False
+        evidence = NodeEvidence(
+            node=node, finding=attempt.finding, reason=attempt.reason,
+            health_ok=probe.health_ok if probe else None, health_detail=probe.detail if probe else "",
+            reachable=reachable,
+            verdict_action=verdict.action.value if verdict is not None else None,
+            verdict_nodes=tuple(verdict.culprit.nodes) if verdict is not None else (),
+            verdict_category=verdict.category.value if verdict is not None else None,
+        )  # fmt: skip
+        now = time.time()
+        self._failures.append({"node": node, "time": now, "reason": attempt.reason})
+        times = [f["time"] for f in self._failures if f["node"] == node]
+        judgement = judge_node(evidence, times, now, self.s.exclude_window_s, self.s.exclude_after)
+        self.events.emit("launcher.node.judged", node=node, exclude=judgement.exclude, row=judgement.row,
+                         reason=judgement.reason, finding=attempt.finding)
+        return judgement
+
+    async def _requeue_or_stop(self, reason: str) -> ExitCode:
+        """Requeue, unless the partition can no longer run the job without the excluded nodes: then ask
+        for fewer nodes when --min-nodes allows, else stop (never leave a job pending forever)."""
+        excluded = sorted(self.pool.excluded) if self.pool else []
+        needed = len(self.ctx.node_list)
+        if not excluded:
+            return self._requeue(reason)
+        try:
+            cap = await asyncio.to_thread(
+                partition_capacity, self.backend, self.runner, self.ctx.partition, excluded, needed
+            )
+        except NvrxError as exc:  # fail open: requeue as asked; Slurm will say if it cannot run it
+            self.events.emit("launcher.capacity_unknown", reason=exc.message)
+            return self._requeue(reason)
+        self.events.emit("launcher.capacity", partition=cap.partition, usable=list(cap.usable), needed=needed,
+                         excluded=excluded, reason=f"{len(cap.usable)} usable node(s) not excluded, {needed} needed")
+        if cap.enough:
+            return self._requeue(reason)
+        smallest = (self.s.min_nodes or 0) + self.s.spares
+        if self.s.min_nodes is not None and len(cap.usable) >= smallest:
+            return self._requeue(reason, nodes=len(cap.usable))
+        why = (
+            f"cannot requeue: partition {cap.partition or '(default)'} has {len(cap.usable)} usable node(s) besides "
+            f"the excluded {compress(excluded)}, and the job needs {needed}"
+            + (f" (at least {smallest} with --min-nodes {self.s.min_nodes})" if self.s.min_nodes else "")
+            + f"; {reason}"
+        )
+        self._end("launcher.stop", reason=why, exit_code=int(ExitCode.DO_NOT_REQUEUE), stranded=True)
+        self._write_state(stopped=why)
+        return ExitCode.DO_NOT_REQUEUE
+
+    def _requeue(self, reason: str, nodes: int | None = None) -> ExitCode:
         excluded = sorted(self.pool.excluded) if self.pool else []
         self._write_state()
-        self.events.emit("launcher.requeue", reason=reason, exclude=excluded)
+        self._end("launcher.requeue", reason=reason, exclude=excluded, nodes=nodes)
         try:
             self.backend.requeue(self.ctx.job_id, exclude=excluded)
+            if nodes is not None:  # the requeued job waits (BeginTime) long enough to take the new size
+                self.runner.run(["scontrol", "update", f"JobId={self.ctx.job_id}", f"NumNodes={nodes}"], timeout=15)
+                self.events.emit("launcher.requeue.shrunk", nodes=nodes,
+                                 reason=f"the partition holds only {nodes} usable nodes; --min-nodes allows it")
         except NvrxError as exc:
             self.events.emit("launcher.requeue_failed", reason=exc.message)
         return ExitCode.REQUEUE_EXCLUDING
@@ -284,7 +375,7 @@ class Launcher:
         spec = StepSpec(
             nodes=nodes, tasks_per_node=self.s.tasks_per_node, name=f"nvrx-train-{restart}",
             output=self.run_dir / "logs" / f"step-{restart}.log", env=step_env, command=self.s.command,
-            nvrx_plugin=plugin,
+            nvrx_plugin=plugin, cpus_per_task=self.s.cpus_per_task, gpus_per_task=self.s.gpus_per_task,
         )
         step = SrunStep(training_step_argv(spec), {**env, **step_env})
         started = time.time()
@@ -308,7 +399,7 @@ class Launcher:
             "launcher.culprit", node=culprit.node, rank=culprit.rank, reason=culprit.reason, finding=culprit.kind,
             findings=[f.__dict__ for f in findings],
         )
-        return Attempt(Outcome.FAILED, culprit.node, culprit.reason, max_iteration, started)
+        return Attempt(Outcome.FAILED, culprit.node, culprit.reason, max_iteration, started, culprit.kind)
 
     def _timeouts(self) -> dict:
         calibrate = self.s.heartbeat_timeout is None
@@ -350,7 +441,7 @@ class Launcher:
                 event = await asyncio.wait_for(self.hub.events.get(), timeout=0.05)
             except asyncio.TimeoutError:
                 continue
-            finding, iteration = self._finding(event, nodes)
+            finding, iteration = finding_from_event(event, nodes)
             if iteration is not None:
                 iterations.append(iteration)
             if event.kind == "ag.rank" and event.data.get("event") == "first_iteration" and not first_iteration_seen:
@@ -383,36 +474,6 @@ class Launcher:
                 self.events.emit("launcher.rank.exited", node=f.node, rank=f.rank, reason=f.reason)
         return findings, max_iteration, rc
 
-    def _finding(self, event: HubEvent, nodes: list[str]) -> tuple[Finding | None, int | None]:
-        data = event.data
-        iteration = data.get("iteration") if isinstance(data.get("iteration"), int) else None
-        if isinstance(data.get("time"), (int, float)):  # when the agent saw it, not when it arrived here
-            event = dataclasses.replace(event, time=float(data["time"]))
-        if event.kind == "ag.health" and event.node in nodes:
-            why = f"{event.node} failed health check {data.get('check')}: {data.get('detail')}"
-            return Finding("health", event.time, event.node, reason=why), None
-        if event.kind == "hub.agent_lost" and event.node in nodes:
-            return Finding("agent_lost", event.time, event.node, reason=f"node agent on {event.node} lost"), None
-        if event.kind != "ag.rank" or event.node not in nodes:
-            return None, iteration
-        rank = data.get("rank")
-        if data.get("event") == "hung":
-            why = f"rank {rank} on {event.node} hung: {data.get('reason')}"
-            sections = tuple(data.get("sections") or ())
-            return Finding("hung", event.time, event.node, rank, why, sections, data.get("last_beat_at")), iteration
-        if data.get("event") == "exited":
-            code, sig = data.get("exit_code"), data.get("signal")
-            if code == 0 and not sig:
-                return None, iteration
-            if code is None and not sig:
-                why = f"rank {rank} on {event.node} exited (seen by the PID watch; no exit status)"
-                return Finding("exited_unknown", event.time, event.node, rank, why), iteration
-            else:
-                how = f"killed by signal {sig}" if sig else f"exited with code {code}"
-            return Finding("exited", event.time, event.node, rank, f"rank {rank} on {event.node} {how}",
-                           tuple(data.get("sections") or ())), iteration
-        return None, iteration
-
     # ------------------------------------------------------------------ signals and status
 
     def _on_time_limit_warning(self) -> None:
@@ -434,7 +495,7 @@ class Launcher:
             "job": self.ctx.job_id, "run_dir": str(self.run_dir), "attempt": len(self.history),
             "restarts": self._restarts_before + max(0, len(self.history) - (0 if final else 0)),
             "pool": self.pool.to_dict() if self.pool else {}, "agents": agents, "ranks": ranks, "final": final,
-            "history": [a.__dict__ for a in self.history],
+            "history": [a.__dict__ for a in self.history], "outcome": self._outcome,
         }  # fmt: skip
         try:
             write_status(self.run_dir, status)

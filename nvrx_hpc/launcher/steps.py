@@ -27,6 +27,8 @@ class StepSpec:
     env: dict[str, str]
     command: list[str]
     nvrx_plugin: bool = False
+    cpus_per_task: int | None = None
+    gpus_per_task: int | None = None
 
 
 def agent_step_argv(nodes: list[str], output: Path, agent_args: list[str]) -> list[str]:
@@ -55,6 +57,10 @@ def training_step_argv(spec: StepSpec) -> list[str]:
         "--kill-on-bad-exit=1", f"--job-name={spec.name}", f"--output={spec.output}", "--label", "--unbuffered",
         "--quiet",
     ]  # fmt: skip
+    if spec.cpus_per_task is not None:
+        argv.append(f"--cpus-per-task={spec.cpus_per_task}")
+    if spec.gpus_per_task is not None:
+        argv.append(f"--gpus-per-task={spec.gpus_per_task}")
     if spec.nvrx_plugin:
         argv.append("--nvrx")  # the SPANK plugin reports registrations and exit statuses to the agents
     exports = ",".join(["ALL", *sorted(spec.env)])
