@@ -213,6 +213,8 @@ class Launcher:
             verdict = None
             if attempt.outcome == Outcome.FAILED and self.s.attribution:
                 verdict = await self._judge(attempt)
+                attempt = self._refine_culprit(attempt, verdict)
+                self.history[-1] = attempt
                 if verdict is not None and (not verdict.restartable or verdict.action.value == "stop"):
                     # A failure of the workload itself (an exception, OOM, NaN, a full disk): restarting
                     # repeats it and excluding (or draining) a healthy node would be wrong.
@@ -259,6 +261,20 @@ class Launcher:
             nodes=list(v.culprit.nodes), signature=v.signature,
         )  # fmt: skip
         return v
+
+    def _refine_culprit(self, attempt: Attempt, verdict: Any) -> Attempt:
+        """A hang whose culprit the sections could not tell: take the rank the flight recorder names."""
+        if not attempt.unsure or verdict is None or not verdict.culprit.ranks:
+            return attempt
+        rank = int(verdict.culprit.ranks[0])
+        if rank == attempt.culprit_rank:
+            return attempt
+        ranks = {int(r): info.get("node") for r, info in self._ranks.items() if str(r).isdigit()}
+        node = ranks.get(rank) or (verdict.culprit.nodes[0] if verdict.culprit.nodes else attempt.culprit_node)
+        why = f"rank {rank} on {node} holds up the collective (flight recorder): {verdict.root_cause}"
+        self.events.emit("launcher.culprit.refined", node=node, rank=rank, reason=why, was_rank=attempt.culprit_rank,
+                         was_node=attempt.culprit_node, category=verdict.category.value)  # fmt: skip
+        return dataclasses.replace(attempt, culprit_node=node, culprit_rank=rank, reason=why, unsure=False)
 
     def _end(self, kind: str, reason: str, **detail: Any) -> None:
         """The launcher's last decision: an event, and the outcome `nvrx-hpc status` shows."""
@@ -395,11 +411,16 @@ class Launcher:
         if not findings:
             findings = [Finding("srun", time.time(), None, reason=f"training step exited with code {rc}")]
         culprit = pick_culprit(findings, self.s.comm_sections)
+        hung = [f for f in findings if f.kind == "hung"]
+        # Every hung rank waits inside a collective: the sections cannot tell who holds it up; the
+        # flight-recorder dumps taken at hang time can (attribution reads them next).
+        unsure = culprit.kind == "hung" and all(set(f.sections) & self.s.comm_sections for f in hung)
         self.events.emit(
             "launcher.culprit", node=culprit.node, rank=culprit.rank, reason=culprit.reason, finding=culprit.kind,
-            findings=[f.__dict__ for f in findings],
-        )
-        return Attempt(Outcome.FAILED, culprit.node, culprit.reason, max_iteration, started, culprit.kind)
+            findings=[f.__dict__ for f in findings], unsure=unsure,
+        )  # fmt: skip
+        return Attempt(Outcome.FAILED, culprit.node, culprit.reason, max_iteration, started, culprit.kind, culprit.rank,
+                       unsure)
 
     def _timeouts(self) -> dict:
         calibrate = self.s.heartbeat_timeout is None
@@ -460,8 +481,9 @@ class Launcher:
             self.events.emit(f"launcher.rank.{finding.kind}", node=finding.node, rank=finding.rank,
                              reason=finding.reason, sections=list(finding.sections))
             first_at = first_at or time.monotonic()
-        for link in self.hub.agents.values():
+        for node, link in self.hub.agents.items():
             iterations.extend(r["iteration"] for r in link.ranks.values() if isinstance(r.get("iteration"), int))
+            self._ranks.update({str(rank): {**info, "node": node} for rank, info in link.ranks.items()})
         max_iteration = max(iterations) if iterations else None
         if not waiter.done():
             self.hub.broadcast("la.stop", nodes=nodes, grace_s=self.s.stop_grace_s, reason="step failed")

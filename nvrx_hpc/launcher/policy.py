@@ -26,6 +26,8 @@ class Attempt:
     max_iteration: int | None = None
     started_at: float | None = None  # epoch seconds: attribution judges only what came after
     finding: str = ""  # the culprit finding's kind (launcher.culprit.Finding.kind)
+    culprit_rank: int | None = None
+    unsure: bool = False  # a hang with every rank inside a collective: attribution may name another rank
 
 
 class Action(str, Enum):
