@@ -67,6 +67,7 @@ class Launcher:
         self._stop_requested = asyncio.Event()
         self._restarts_before = 0
         self._ranks: dict[str, dict] = {}
+        self._fr_culprits: tuple[int, ...] = ()  # the ranks the last attempt's flight-recorder dumps name
         self._outcome: str | None = None  # how the launcher ended (status.json, `nvrx-hpc status`)
         self._failures: list[dict] = []  # {node, time, reason} of every failed attempt, kept across requeues
         self._env: dict[str, str] = dict(os.environ)
@@ -247,6 +248,7 @@ class Launcher:
         """Attribution's verdict on the attempt that just failed (its logs, events, dumps); None if it fails."""
         from nvrx_hpc.attribution.analyze import analyze_run
 
+        self._fr_culprits = ()
         try:
             report = await asyncio.wait_for(
                 asyncio.to_thread(analyze_run, self.run_dir, since=attempt.started_at), ATTRIBUTION_TIMEOUT_S
@@ -255,22 +257,24 @@ class Launcher:
             self.events.emit("launcher.attribution_failed", reason=f"{type(exc).__name__}: {exc}")
             return None
         v = report.verdict
+        self._fr_culprits = tuple(report.fr.culprits) if report.fr is not None else ()
         self.events.emit(
             "launcher.attribution", reason=v.root_cause, category=v.category.value, restartable=v.restartable,
             action=v.action.value, confidence=round(v.confidence, 2), ranks=list(v.culprit.ranks),
-            nodes=list(v.culprit.nodes), signature=v.signature,
+            nodes=list(v.culprit.nodes), signature=v.signature, flight_recorder_culprits=list(self._fr_culprits),
         )  # fmt: skip
         return v
 
     def _refine_culprit(self, attempt: Attempt, verdict: Any) -> Attempt:
         """A hang whose culprit the sections could not tell: take the rank the flight recorder names."""
-        if not attempt.unsure or verdict is None or not verdict.culprit.ranks:
+        named = self._fr_culprits or (tuple(verdict.culprit.ranks) if verdict is not None else ())
+        if not attempt.unsure or len(named) != 1:
             return attempt
-        rank = int(verdict.culprit.ranks[0])
+        rank = int(named[0])
         if rank == attempt.culprit_rank:
             return attempt
         ranks = {int(r): info.get("node") for r, info in self._ranks.items() if str(r).isdigit()}
-        node = ranks.get(rank) or (verdict.culprit.nodes[0] if verdict.culprit.nodes else attempt.culprit_node)
+        node = ranks.get(rank) or attempt.culprit_node
         why = f"rank {rank} on {node} holds up the collective (flight recorder): {verdict.root_cause}"
         self.events.emit("launcher.culprit.refined", node=node, rank=rank, reason=why, was_rank=attempt.culprit_rank,
                          was_node=attempt.culprit_node, category=verdict.category.value)  # fmt: skip

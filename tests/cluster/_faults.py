@@ -21,8 +21,17 @@ STEPS = 12
 SLOW = "slow:step=3"
 
 
-def bb_dir(cluster, name: str) -> str:
-    return f"{cluster.state_dir}/bb/{{domain}}/{name}"
+def bb_dir(cluster, tmp_path: Path, name: str) -> str:
+    """A burst-buffer template unique to this submission (the cluster's bb dirs outlive the test's tmp dir,
+    and an earlier run's checkpoints would make the training finish at once); recorded for `bb_of`."""
+    tag = f"{name}-{os.getpid()}-{time.time_ns()}"
+    (tmp_path / f"{name}.bb").write_text(tag)
+    return f"{cluster.state_dir}/bb/{{domain}}/{tag}"
+
+
+def bb_of(cluster, tmp_path: Path, name: str, node: str) -> Path:
+    """The burst-buffer directory of `node` for the training submitted as `name`."""
+    return Path(cluster.state_dir) / "bb" / node / (tmp_path / f"{name}.bb").read_text()
 
 
 def submit(cluster, tmp_path: Path, name: str, *, nodes: int, spares: int, fault: str | None = None,
@@ -37,7 +46,7 @@ def submit(cluster, tmp_path: Path, name: str, *, nodes: int, spares: int, fault
         sys.executable, "-m", "nvrx_hpc", "run", "--spares", str(spares), "--run-dir", str(run_dir),
         "--stop-grace", "2", *run_args, "--",
         sys.executable, str(TRAIN), "--steps", str(steps), "--ckpt-every", "2", "--step-time", "0.1",
-        "--bb-dir", bb_dir(cluster, name), "--out", str(run_dir), "--hidden", "32", *train_args,
+        "--bb-dir", bb_dir(cluster, tmp_path, name), "--out", str(run_dir), "--hidden", "32", *train_args,
     ]  # fmt: skip
     body = script_body if script_body is not None else "exec " + shlex.join(argv)
     script.write_text("#!/bin/bash\n" + env_line + body + "\n")
@@ -50,11 +59,12 @@ def submit(cluster, tmp_path: Path, name: str, *, nodes: int, spares: int, fault
     return done.stdout.strip().split(";")[0], run_dir
 
 
-def run_argv(cluster, run_dir: Path, name: str, spares: int, run_args: tuple[str, ...] = ()) -> list[str]:
+def train_argv(cluster, tmp_path: Path, name: str) -> list[str]:
+    """The training command alone (for scripts rendered from the sbatch template)."""
+    run_dir = tmp_path / name
     return [
-        sys.executable, "-m", "nvrx_hpc", "run", "--spares", str(spares), "--run-dir", str(run_dir),
-        "--stop-grace", "2", *run_args, "--", sys.executable, str(TRAIN), "--steps", str(STEPS), "--ckpt-every",
-        "2", "--step-time", "0.1", "--bb-dir", bb_dir(cluster, name), "--out", str(run_dir), "--hidden", "32",
+        sys.executable, str(TRAIN), "--steps", str(STEPS), "--ckpt-every", "2", "--step-time", "0.1",
+        "--bb-dir", bb_dir(cluster, tmp_path, name), "--out", str(run_dir), "--hidden", "32",
     ]  # fmt: skip
 
 
