@@ -66,6 +66,7 @@ class Launcher:
         self.hub: AgentHub | None = None
         self._stop_requested = asyncio.Event()
         self._restarts_before = 0
+        self._attempts_started = 0
         self._ranks: dict[str, dict] = {}
         self._fr_culprits: tuple[int, ...] = ()  # the ranks the last attempt's flight-recorder dumps name
         self._outcome: str | None = None  # how the launcher ended (status.json, `nvrx-hpc status`)
@@ -89,7 +90,9 @@ class Launcher:
         if not token_file.exists():
             save_token(token_file, new_token())
         state = read_state(self.run_dir)
-        self._restarts_before = int(state.get("restarts_total", 0))
+        # Every attempt of the job, across requeues, gets its own number (logs, stacks and dumps are named by it),
+        # even when the launcher before this one was killed before it could write its state.
+        self._restarts_before = int(state.get("attempts_started", state.get("restarts_total", 0)))
         self._failures = [f for f in state.get("failures", []) if isinstance(f, dict) and "node" in f and "time" in f]
         return load_token(token_file)
 
@@ -105,6 +108,7 @@ class Launcher:
     def _write_state(self, stopped: str | None = None) -> None:
         state = {
             "restarts_total": self._restarts_before + max(0, len(self.history) - 1),
+            "attempts_started": self._restarts_before + self._attempts_started,
             "excluded": self.pool.excluded if self.pool else {},
             "failures": self._failures[-100:],
         }
@@ -208,6 +212,8 @@ class Launcher:
                 return await self._requeue_or_stop("no usable node left in the allocation")
             index = len(self.history)
             restart = self._restarts_before + index
+            self._attempts_started = index + 1
+            self._write_state()
             attempt = await self._run_step(index, restart, env, socket_template, plugin)
             self.history.append(attempt)
             self._write_state()

@@ -115,9 +115,11 @@ def transcript(tmp_path: Path, name: str) -> str:
 
 def processes_of_node(state_dir: Path, node: str) -> list[int]:
     """A virtual node's processes: its slurmd and slurmstepds (their SLURM_CONF names the node) and its tasks
-    (SLURMD_NODENAME): what a power loss takes at once."""
+    (SLURMD_NODENAME): what a power loss takes at once. Only this cluster's (its state dir in the process's
+    command line or environment): other clusters on this host have nodes of the same names."""
     conf = f"SLURM_CONF={state_dir}/etc/{node}/slurm.conf".encode()
     name = f"SLURMD_NODENAME={node}".encode()
+    ours = str(state_dir).encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -126,6 +128,8 @@ def processes_of_node(state_dir: Path, node: str) -> list[int]:
             environ = (entry / "environ").read_bytes().split(b"\0")
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
+            continue
+        if not any(ours in item for item in environ + cmdline):
             continue
         slurmd = bool(cmdline) and cmdline[0].endswith(b"slurmd") and node.encode() in cmdline
         if slurmd or conf in environ or name in environ:
