@@ -159,9 +159,11 @@ class Launcher:
         all_nodes = self.pool.active + self.pool.spares
         found = await self._attach_site_agents(all_nodes, link_args, env) if site else []
         own = [n for n in all_nodes if n not in found]  # user mode, or a node whose Prolog started none
-        agents = SrunStep(agent_step_argv(own, self.run_dir / "logs" / "agents.log", link_args), env) if own else None
-        if agents is not None:
-            await agents.start()
+        # One agent step per node: Slurm ends a step when one of its nodes fails, and a lost node must not
+        # take the other nodes' agents with it.
+        agents = [SrunStep(agent_step_argv([n], self.run_dir / "logs" / f"agent-{n}.log", link_args), env) for n in own]
+        for step in agents:
+            await step.start()
         status_task = loop.create_task(self._status_loop())
         try:
             missing = await self.hub.wait_for_agents(all_nodes, self.s.agent_timeout_s)
@@ -172,8 +174,7 @@ class Launcher:
             status_task.cancel()
             self.hub.broadcast("la.shutdown")
             await asyncio.sleep(0.2)
-            if agents is not None:
-                await agents.stop(3.0)
+            await asyncio.gather(*(step.stop(3.0) for step in agents))
             await self.hub.close()
             self._write_state()
             self._publish_status(final=True)

@@ -36,7 +36,8 @@ def agent_step_argv(nodes: list[str], output: Path, agent_args: list[str]) -> li
     return [
         "srun", "--overlap", f"--nodes={len(nodes)}", f"--nodelist={compress(nodes)}", "--ntasks-per-node=1",
         f"--ntasks={len(nodes)}",
-        "--kill-on-bad-exit=0", "--job-name=nvrx-agents", f"--output={output}", "--quiet", "--unbuffered",
+        "--kill-on-bad-exit=0", "--job-name=nvrx-agents", f"--output={output}", "--open-mode=append", "--quiet",
+        "--unbuffered",
         sys.executable, "-m", "nvrx_hpc", "agent", *agent_args,
     ]  # fmt: skip
 
