@@ -162,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         progress["seen"] += torch.tensor([1, x.shape[0]])
         progress["loss_ema"] = (0.9 * progress["loss_ema"].float() + 0.1 * loss.detach()).to(torch.bfloat16)
         worker.set_iteration(step)
+        if step == start + 1 and rank == 0:  # for benchmarks/recovery.py's baseline, which has no agent to ask
+            print(f"first step {step} done at {time.time():.3f}", flush=True)
         if args.step_time > 0:
             time.sleep(args.step_time)
         stop = flat[-1].item() > 0

@@ -81,7 +81,8 @@ def test_f6_node_agent_killed_excludes_the_node(cluster, tmp_path, ckpt_baseline
 
 def test_f11_failure_without_progress_stops_with_do_not_requeue(cluster, tmp_path):
     job, run_dir = submit(cluster, tmp_path, "f11", nodes=1, spares=1, fault="noprogress:step=4",
-                          run_args=("--max-no-progress", "2", "--max-restarts", "5"))  # fmt: skip
+                          run_args=("--max-no-progress", "2", "--max-restarts", "5"),
+                          train_args=("--scheme", "none"))  # one training node: no partner to copy to  # fmt: skip
     result = wait_job(cluster, job)
     assert result["exit_code"] == int(ExitCode.DO_NOT_REQUEUE), transcript(tmp_path, "f11")
     stop = first(run_dir, "launcher.stop")
