@@ -7,7 +7,7 @@ nvrx_hpc.ckpt every 2 steps of 0.1 s). Once it trains, one fault is injected fro
 
 - crash: rank 3 SIGKILLed;
 - hang: rank 3 SIGSTOPped;
-- node: node n2 lost (its slurmd, slurmstepds and tasks SIGKILLed at once, its burst buffer wiped).
+- node: rank 3's node lost (its slurmd, slurmstepds and tasks SIGKILLed at once, its burst buffer wiped).
 
 Figures, in seconds from the fault:
 
@@ -55,7 +55,6 @@ from nvrx_hpc.slurm.devcluster.processes import start_daemon  # noqa: E402
 TRAIN = REPO / "examples" / "train_ckpt.py"
 GLOO_DEFAULT_TIMEOUT_S = 1800.0  # torch.distributed's default for gloo process groups
 DETECT_EVENT = {"crash": "launcher.rank.exited", "hang": "launcher.rank.hung", "node": "launcher.rank.agent_lost"}
-LOST_NODE = "n2"
 
 
 class Bench:
@@ -63,6 +62,7 @@ class Bench:
         self.cluster, self.work = cluster, work
         self.env = {**os.environ, **cluster.env, "PYTHONPATH": str(REPO)}
         self.n = 0
+        self.lost = ""  # the node the last node-loss sample took down
 
     # ------------------------------------------------------------------ jobs
 
@@ -131,14 +131,17 @@ class Bench:
 
     def inject(self, kind: str, name: str) -> float:
         if kind == "node":
-            pids = self._node_pids(LOST_NODE)
+            rank3 = (Path("/proc") / str(self._pid_of_rank(name, 3)) / "environ").read_bytes().split(b"\0")
+            node = next(v.split(b"=", 1)[1].decode() for v in rank3 if v.startswith(b"SLURMD_NODENAME="))
+            self.lost = node
+            pids = self._node_pids(node)
             at = time.time()
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            for bb in (self.cluster.layout.root / "bb" / LOST_NODE).glob(f"{name}-*"):
+            for bb in (self.cluster.layout.root / "bb" / node).glob(f"{name}-*"):
                 shutil.rmtree(bb, ignore_errors=True)
             return at
         pid = self._pid_of_rank(name, 3)
@@ -147,7 +150,7 @@ class Bench:
         return at
 
     def revive(self) -> None:
-        layout = self.cluster.layout
+        layout, LOST_NODE = self.cluster.layout, self.lost  # noqa: N806
         node_conf = str(layout.node_etc(LOST_NODE) / "slurm.conf")
         if not self._node_pids(LOST_NODE):
             argv = [shutil.which("slurmd") or "slurmd", "-D", "-N", LOST_NODE, "-f", node_conf]
@@ -294,6 +297,8 @@ def main() -> None:
         parser.error(f"--samples >= 1; --kinds from {', '.join(DETECT_EVENT)}")
     spank = REPO / "spank" / "nvrx_spank.so"
     cluster = DevCluster(DevClusterSpec(state_dir=Path(args.state_dir), spank_plugin=spank if spank.exists() else None))
+    if (Path(args.state_dir) / "etc" / "spec.json").exists():
+        cluster = DevCluster.at(Path(args.state_dir))  # a cluster already there keeps its own ports and plugin
     cluster.up(timeout=90)
     samples: dict = {"nvrx": {}, "baseline": {}}
     with tempfile.TemporaryDirectory(prefix="nvrx-recovery-") as tmp:

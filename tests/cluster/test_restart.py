@@ -171,6 +171,7 @@ def test_f5_sim_xid79_during_a_run_excludes_the_node(cluster, tmp_path, ckpt_bas
     finally:
         subprocess.run([sys.executable, "-m", "nvrx_hpc", "cluster", "clear-gpu-faults", "--state-dir",
                         str(cluster.state_dir)], capture_output=True, timeout=30)  # fmt: skip
+        _resume_after_epilog(cluster, job, "n2")
     culprit = first(run_dir, "launcher.culprit")
     assert culprit["node"] == "n2" and culprit["detail"]["finding"] == "health" and "79" in culprit["reason"]
     judged = first(run_dir, "launcher.node.judged")
@@ -178,6 +179,20 @@ def test_f5_sim_xid79_during_a_run_excludes_the_node(cluster, tmp_path, ckpt_bas
     excluded = [e for e in events(run_dir) if e["kind"] == "launcher.node.excluded"]
     assert [e["node"] for e in excluded] == ["n2"]
     assert final_hash(run_dir) == ckpt_baseline
+
+
+def _resume_after_epilog(cluster, job: str, node: str) -> None:
+    """The job's Epilog re-checks health while the simulated Xid is still there and drains the node: once
+    the job has left its nodes, put the node back for the next tests."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        info = cluster.dev.backend.job(job)
+        if info.finished and "COMPLETING" not in info.state_flags:
+            break
+        time.sleep(0.5)
+    time.sleep(1.0)  # the Epilog's drain lands as the job leaves the node
+    if cluster.dev.backend.node(node).drained:
+        cluster.dev.backend.resume([node])
 
 
 def test_time_limit_warning_checkpoints_requeues_and_finishes(cluster, tmp_path, ckpt_baseline):
