@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nvrx_hpc.agent.site import ATTACH_WAIT_S
 from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
@@ -27,12 +26,12 @@ from nvrx_hpc.launcher.policy import Action, Attempt, NodeEvidence, NodeJudgemen
 from nvrx_hpc.launcher.pool import NodePool
 from nvrx_hpc.launcher.rundir import JobIdentity, claim_run_dir, read_state, write_state
 from nvrx_hpc.launcher.settings import RunSettings
+from nvrx_hpc.launcher.site_attach import attach_site_agents
 from nvrx_hpc.launcher.status import write_status
 from nvrx_hpc.launcher.steps import (
     SrunStep,
     StepSpec,
     agent_step_argv,
-    attach_step_argv,
     srun_has_nvrx,
     training_step_argv,
 )
@@ -44,9 +43,6 @@ __all__ = ["Launcher"]
 
 ATTRIBUTION_TIMEOUT_S = 30.0  # a verdict that takes longer is not waited for
 
-# What `nvrx-hpc agent-attach` prints on each node.
-_ATTACHED = re.compile(r"^nvrx-attach (\S+) attached pid=(\d+)", re.M)
-_MISSING = re.compile(r"^nvrx-attach (\S+) missing: (.*)$", re.M)
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +153,7 @@ class Launcher:
             "--socket", socket_template, "--health-interval", str(self.s.health_interval_s),
         ]  # fmt: skip
         all_nodes = self.pool.active + self.pool.spares
-        found = await self._attach_site_agents(all_nodes, link_args, env) if site else []
+        found = await attach_site_agents(all_nodes, link_args, env, self.events) if site else []
         own = [n for n in all_nodes if n not in found]  # user mode, or a node whose Prolog started none
         # One agent step per node: Slurm ends a step when one of its nodes fails, and a lost node must not
         # take the other nodes' agents with it.
@@ -179,30 +175,6 @@ class Launcher:
             self._write_state()
             self._publish_status(final=True)
         return code
-
-    async def _attach_site_agents(self, nodes: list[str], link_args: list[str], env: dict[str, str]) -> list[str]:
-        """Site mode: attach the agents the Prolog started (jobs submitted with --nvrx); the nodes attached."""
-        argv = attach_step_argv(nodes, [*link_args, "--wait", f"{ATTACH_WAIT_S:g}"])
-        proc = await asyncio.create_subprocess_exec(
-            *argv, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), ATTACH_WAIT_S + 30)
-        except asyncio.TimeoutError:
-            proc.kill()
-            out, err = b"", b"the attach step did not finish"
-        text = out.decode(errors="replace")
-        pids = {m.group(1): int(m.group(2)) for m in _ATTACHED.finditer(text) if m.group(1) in nodes}
-        attached = sorted(pids)
-        missing = [n for n in nodes if n not in pids]
-        why = {m.group(1): m.group(2) for m in _MISSING.finditer(text)}
-        self.events.emit(
-            "launcher.agents.site", reason="attached the agents the Prolog started" if not missing else
-            f"no site agent on {compress(missing)}; starting agents there", attached=pids, missing=missing,
-            why={n: why.get(n, err.decode(errors='replace')[-300:]) for n in missing},
-        )  # fmt: skip
-        return attached
 
     async def _attempts(self, env: dict[str, str], socket_template: str) -> ExitCode:
         plugin = srun_has_nvrx(self.runner)

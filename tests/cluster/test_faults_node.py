@@ -188,3 +188,19 @@ def test_a_job_the_partition_cannot_hold_stops_instead_of_pending_forever(cluste
     status = subprocess.run([sys.executable, "-m", "nvrx_hpc", "status", job, "--run-dir", str(run_dir)],
                             capture_output=True, text=True, timeout=30)  # fmt: skip
     assert status.returncode == 0 and "outcome: stop: cannot requeue" in status.stdout, status
+
+
+def test_two_jobs_sharing_a_first_node_each_get_their_own_rendezvous_port(cluster, tmp_path):
+    """Two jobs run at once with the same first node (n1, one core each): each attempt's MASTER_PORT is
+    picked free on the batch host, so both rendezvous succeed (a fixed 29500 + restart collided)."""
+    jobs = [
+        submit(cluster, tmp_path, name, nodes=1, spares=0, tasks_per_node=1, fault=SLOW, steps=6,
+               sbatch_args=("--nodelist=n1",), train_args=("--scheme", "none"))
+        for name in ("port-a", "port-b")
+    ]  # fmt: skip
+    for (job, run_dir), name in zip(jobs, ("port-a", "port-b"), strict=True):
+        assert wait_job(cluster, job)["state"] == "COMPLETED", transcript(tmp_path, name)
+        assert kinds(run_dir).count("launcher.step.started") == 1
+    starts = [first(run_dir, "launcher.step.started")["time"] for _, run_dir in jobs]
+    ends = [first(run_dir, "launcher.step.ended")["time"] for _, run_dir in jobs]
+    assert max(starts) < min(ends), "the two trainings did not overlap"
