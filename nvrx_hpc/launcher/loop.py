@@ -245,9 +245,12 @@ class Launcher:
         return v
 
     def _refine_culprit(self, attempt: Attempt, verdict: Any) -> Attempt:
-        """A hang whose culprit the sections could not tell: take the rank the flight recorder names."""
-        named = self._fr_culprits or (tuple(verdict.culprit.ranks) if verdict is not None else ())
-        if not attempt.unsure or len(named) != 1:
+        """A hang: the flight-recorder dumps taken at hang time say which rank never joined the collective the
+        others wait in; that beats the section heuristic (a victim can wait outside any section)."""
+        named = self._fr_culprits
+        if not named and attempt.unsure and verdict is not None:
+            named = tuple(verdict.culprit.ranks)
+        if attempt.finding != "hung" or len(named) != 1:
             return attempt
         rank = int(named[0])
         if rank == attempt.culprit_rank:
