@@ -60,7 +60,8 @@ def finding_from_event(event: HubEvent, nodes: list[str]) -> tuple[Finding | Non
         why = f"{event.node} failed health check {data.get('check')}: {data.get('detail')}"
         return Finding("health", event.time, event.node, reason=why), None
     if event.kind == "hub.agent_lost" and event.node in nodes:
-        return Finding("agent_lost", event.time, event.node, reason=f"node agent on {event.node} lost"), None
+        silent = f" (silent for {data['silent_s']:g} s)" if "silent_s" in data else ""
+        return Finding("agent_lost", event.time, event.node, reason=f"node agent on {event.node} lost{silent}"), None
     if event.kind != "ag.rank" or event.node not in nodes:
         return None, iteration
     rank = data.get("rank")

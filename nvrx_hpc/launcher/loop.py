@@ -21,7 +21,7 @@ from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.core.wire import load_token, new_token, save_token
 from nvrx_hpc.launcher.culprit import Finding, finding_from_event, pick_culprit
 from nvrx_hpc.launcher.evidence import node_responding, partition_capacity, quick_health
-from nvrx_hpc.launcher.hub import AgentHub
+from nvrx_hpc.launcher.hub import AgentHub, HubEvent
 from nvrx_hpc.launcher.policy import Action, Attempt, NodeEvidence, NodeJudgement, Outcome, RestartPolicy, judge_node
 from nvrx_hpc.launcher.pool import NodePool
 from nvrx_hpc.launcher.rundir import JobIdentity, claim_run_dir, read_state, write_state
@@ -434,6 +434,7 @@ class Launcher:
         first_at: float | None = None
         ended_at: float | None = None
         first_iteration_seen = False
+        silenced: set[str] = set()
         waiter = asyncio.ensure_future(step.wait())
         while True:
             now = time.monotonic()
@@ -447,7 +448,9 @@ class Launcher:
             try:
                 event = await asyncio.wait_for(self.hub.events.get(), timeout=0.05)
             except asyncio.TimeoutError:
-                continue
+                event = self._silent_agent(nodes, silenced)
+                if event is None:
+                    continue
             finding, iteration = finding_from_event(event, nodes)
             if iteration is not None:
                 iterations.append(iteration)
@@ -481,6 +484,17 @@ class Launcher:
             for f in findings:
                 self.events.emit("launcher.rank.exited", node=f.node, rank=f.rank, reason=f.reason)
         return findings, max_iteration, rc
+
+    def _silent_agent(self, nodes: list[str], silenced: set[str]) -> HubEvent | None:
+        """An agent whose link is up but says nothing (a node that lost power sends no reset; a stopped
+        agent): lost, once it has been silent for `agent_silent_s` (it reports every second)."""
+        now = time.time()
+        for node in nodes:
+            link = self.hub.agents.get(node)
+            if link is not None and node not in silenced and now - link.last_seen > self.s.agent_silent_s:
+                silenced.add(node)
+                return HubEvent("hub.agent_lost", node, {"silent_s": round(now - link.last_seen, 1)}, now)
+        return None
 
     # ------------------------------------------------------------------ signals and status
 

@@ -30,6 +30,7 @@ class RunSettings:
     mode: str = "user"
     stop_grace_s: float = 5.0
     agent_timeout_s: float = 30.0
+    agent_silent_s: float = 15.0  # an agent link up but silent this long counts as lost (agents report every 1 s)
     health_interval_s: float = 30.0  # the agents' health loop; 0 turns it off
     agent_socket: str = "/run/nvrx/%j/agent-%n.sock"  # site mode: where the Prolog-started agents listen
     exclude_after: int = 3  # a node behind this many failures within exclude_window_s goes, healthy or not

@@ -90,6 +90,21 @@ def test_f6_node_agent_killed_excludes_the_node(cluster, tmp_path, ckpt_baseline
     assert final_hash(run_dir) == ckpt_baseline
 
 
+def test_f6_node_agent_stopped_goes_silent_and_its_node_is_excluded(cluster, tmp_path, ckpt_baseline):
+    """A node that loses power sends no TCP reset: its agent's link stays up and goes quiet. A SIGSTOPped agent
+    does the same; silent past `agent_silent_s` (15 s) it counts as lost and its node goes."""
+    job, run_dir = submit(cluster, tmp_path, "f6s", nodes=2, spares=1, fault=SLOW,
+                          train_args=("--step-time", "1.5"))  # still training when the silence counts  # fmt: skip
+    victim = wait_iteration(run_dir, 3)["agents"]["n2"]["pid"]
+    assert "agent" in " ".join(psutil.Process(victim).cmdline())
+    os.kill(victim, signal.SIGSTOP)
+    assert wait_job(cluster, job)["state"] == "COMPLETED", transcript(tmp_path, "f6s")
+    culprit = first(run_dir, "launcher.culprit")
+    assert culprit["node"] == "n2" and "silent for" in culprit["reason"], culprit
+    assert first(run_dir, "launcher.node.excluded")["detail"]["replaced_by"] == "n3"
+    assert final_hash(run_dir) == ckpt_baseline
+
+
 def test_f11_failure_without_progress_stops_with_do_not_requeue(cluster, tmp_path):
     job, run_dir = submit(cluster, tmp_path, "f11", nodes=1, spares=1, fault="noprogress:step=4",
                           run_args=("--max-no-progress", "2", "--max-restarts", "5"),
