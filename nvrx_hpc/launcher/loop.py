@@ -138,7 +138,9 @@ class Launcher:
         self.pool = NodePool.split(nodes, self.s.spares, {n: w for n, w in excluded_before.items() if n in nodes})
         self.events.emit(
             "launcher.started", job=self.ctx.job_id, nodes=nodes, pool=self.pool.to_dict(), command=self.s.command,
-            slurm_restart_count=self.ctx.restart_count, mode=self.s.mode,
+            slurm_restart_count=self.ctx.restart_count, mode=self.s.mode, tasks_per_node=self.s.tasks_per_node,
+            world_size=len(self.pool.active) * self.s.tasks_per_node, cpus_per_task=self.s.cpus_per_task,
+            gpus_per_task=self.s.gpus_per_task,
         )
         self.hub = AgentHub(token, job=str(self.ctx.job_id))
         port = await self.hub.start()
