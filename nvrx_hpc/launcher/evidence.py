@@ -9,13 +9,18 @@ import json
 import logging
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from nvrx_hpc.core.errors import NvrxError
+from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
+from nvrx_hpc.launcher.policy import Attempt, NodeEvidence
 from nvrx_hpc.slurm.api import SlurmBackend
 from nvrx_hpc.slurm.runner import CommandRunner
 
-__all__ = ["HealthProbe", "quick_health", "Capacity", "partition_capacity", "HEALTH_PROBE_TIMEOUT_S"]
+__all__ = [
+    "HealthProbe", "quick_health", "Capacity", "partition_capacity", "gather_evidence", "HEALTH_PROBE_TIMEOUT_S",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -105,3 +110,27 @@ def node_responding(backend: SlurmBackend, node: str) -> bool | None:
     except NvrxError:
         return None
     return not (info.down or not info.responding)
+
+
+async def gather_evidence(
+    attempt: Attempt, verdict: Any, backend: SlurmBackend, env: dict[str, str], events: EventLog
+) -> NodeEvidence:
+    """What is known about the culprit node: for a crash, an exit or a hang a quick health check there
+    (`launcher.node.health_check`), Slurm's word on it, and attribution's verdict."""
+    node = attempt.culprit_node
+    probe = None
+    if attempt.finding in ("exited", "hung", "srun"):  # a software fault unless the node says otherwise
+        probe = await quick_health(node, env)
+        events.emit("launcher.node.health_check", node=node, ok=probe.health_ok, reachable=probe.reachable,
+                    reason=probe.detail, seconds=round(probe.seconds, 2))  # fmt: skip
+    reachable = probe.reachable if probe is not None else None
+    if reachable is not False and node_responding(backend, node) is False:
+        reachable = False
+    return NodeEvidence(
+        node=node, finding=attempt.finding, reason=attempt.reason,
+        health_ok=probe.health_ok if probe else None, health_detail=probe.detail if probe else "",
+        reachable=reachable,
+        verdict_action=verdict.action.value if verdict is not None else None,
+        verdict_nodes=tuple(verdict.culprit.nodes) if verdict is not None else (),
+        verdict_category=verdict.category.value if verdict is not None else None,
+    )  # fmt: skip

@@ -12,7 +12,6 @@ import re
 import signal
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
 from nvrx_hpc.core.errors import NvrxError
@@ -20,14 +19,14 @@ from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.core.wire import load_token, new_token, save_token
 from nvrx_hpc.launcher.culprit import Finding, finding_from_event, pick_culprit
-from nvrx_hpc.launcher.evidence import node_responding, partition_capacity, quick_health
+from nvrx_hpc.launcher.evidence import gather_evidence, partition_capacity
 from nvrx_hpc.launcher.hub import AgentHub, HubEvent
-from nvrx_hpc.launcher.policy import Action, Attempt, NodeEvidence, NodeJudgement, Outcome, RestartPolicy, judge_node
+from nvrx_hpc.launcher.policy import Action, Attempt, NodeJudgement, Outcome, RestartPolicy, judge_node
 from nvrx_hpc.launcher.pool import NodePool
 from nvrx_hpc.launcher.rundir import JobIdentity, claim_run_dir, read_state, write_state
 from nvrx_hpc.launcher.settings import RunSettings
 from nvrx_hpc.launcher.site_attach import attach_site_agents
-from nvrx_hpc.launcher.status import write_status
+from nvrx_hpc.launcher.status import launcher_status, write_status
 from nvrx_hpc.launcher.steps import (
     SrunStep,
     StepSpec,
@@ -272,22 +271,7 @@ class Launcher:
     async def _judge_node(self, attempt: Attempt, verdict: Any) -> NodeJudgement:
         """Whether the culprit node goes: only on evidence about the node (decision table in docs/launcher.md)."""
         node = attempt.culprit_node
-        probe = None
-        if attempt.finding in ("exited", "hung", "srun"):  # a software fault unless the node says otherwise
-            probe = await quick_health(node, self._env)
-            self.events.emit("launcher.node.health_check", node=node, ok=probe.health_ok, reachable=probe.reachable,
-                             reason=probe.detail, seconds=round(probe.seconds, 2))
-        reachable = probe.reachable if probe is not None else None
-        if reachable is not False and node_responding(self.backend, node) is False:
-            reachable = False
-        evidence = NodeEvidence(
-            node=node, finding=attempt.finding, reason=attempt.reason,
-            health_ok=probe.health_ok if probe else None, health_detail=probe.detail if probe else "",
-            reachable=reachable,
-            verdict_action=verdict.action.value if verdict is not None else None,
-            verdict_nodes=tuple(verdict.culprit.nodes) if verdict is not None else (),
-            verdict_category=verdict.category.value if verdict is not None else None,
-        )  # fmt: skip
+        evidence = await gather_evidence(attempt, verdict, self.backend, self._env, self.events)
         now = time.time()
         self._failures.append({"node": node, "time": now, "reason": attempt.reason})
         times = [f["time"] for f in self._failures if f["node"] == node]
@@ -509,18 +493,12 @@ class Launcher:
         self.hub.broadcast("la.request_stop", reason="time limit")
 
     def _publish_status(self, final: bool = False) -> None:
-        ranks = {}
-        agents = {}
-        for node, link in (self.hub.agents.items() if self.hub else []):
-            agents[node] = {"pid": link.pid, "last_seen_age": round(time.time() - link.last_seen, 3)}
-            for rank, info in link.ranks.items():
-                ranks[rank] = {**info, "node": node}
-        status = {
+        status = launcher_status(self.hub.agents if self.hub else {}, final=final)
+        status.update({
             "job": self.ctx.job_id, "run_dir": str(self.run_dir), "attempt": len(self.history),
-            "restarts": self._restarts_before + max(0, len(self.history) - (0 if final else 0)),
-            "pool": self.pool.to_dict() if self.pool else {}, "agents": agents, "ranks": ranks, "final": final,
+            "restarts": self._restarts_before + len(self.history), "pool": self.pool.to_dict() if self.pool else {},
             "history": [a.__dict__ for a in self.history], "outcome": self._outcome,
-        }  # fmt: skip
+        })  # fmt: skip
         try:
             write_status(self.run_dir, status)
         except OSError as exc:
@@ -530,10 +508,6 @@ class Launcher:
         while True:
             self._publish_status()
             await asyncio.sleep(1.0)
-
-
-def default_run_dir(ctx: JobContext, template: str) -> Path:
-    return Path(template.format(submit_dir=ctx.submit_dir or os.getcwd(), job_id=ctx.job_id))
 
 
 def _free_port() -> int:
