@@ -21,6 +21,9 @@ Fault injection for tests: NVRX_TEST_FAULT, a comma-separated list of
   hang:rank=R:step=S         SIGSTOP itself at the start of step S
   stuck:rank=R:step=S        sleep forever right before step S's all-reduce (no heartbeats; the others
                              wait inside the collective)
+  stuckin:rank=R:step=S      sleep forever inside the all-reduce section, before the call: every rank
+                             is then inside a communication section, and only the flight recorder
+                             (the others started collective S, this one did not) names it
   noprogress:step=S          every rank of every restart SIGKILLs itself at the start of step S
   raise:rank=R:step=S        raise a Python exception (ValueError) at the start of step S, on every
                              attempt: a bug in the training, which no restart can fix
@@ -49,7 +52,7 @@ from nvrx_hpc import worker
 
 IN, HIDDEN, OUT, BATCH, LR, SEED = 16, 32, 4, 8, 0.05, 1234
 _CKPT = re.compile(r"^step-(\d+)\.pt$")
-_FAULT_KINDS = {"crash", "exit", "hang", "stuck", "noprogress", "slow", "raise"}
+_FAULT_KINDS = {"crash", "exit", "hang", "stuck", "stuckin", "noprogress", "slow", "raise"}
 _ALL_RANKS = {"noprogress", "slow"}  # kinds that need no rank=R
 
 
@@ -199,7 +202,7 @@ def inject(faults: list[Fault], kind: str, rank: int, step: int, restart: int) -
             os._exit(fault.code)
         elif kind == "hang":
             os.kill(os.getpid(), signal.SIGSTOP)
-        elif kind == "stuck":
+        elif kind in ("stuck", "stuckin"):
             while True:
                 time.sleep(3600)
         elif kind == "slow":

@@ -11,7 +11,9 @@ interrupted and resumed ends with the same hash as one that ran through.
     python -m torch.distributed.run --nproc-per-node 4 examples/train_ckpt.py --simulate-nodes 2
 
 It reports to the node agent through nvrx_hpc.worker (heartbeats, sections, iterations) and stops cleanly,
-with a checkpoint, when the launcher asks. The optimizer (Adam) is written out here: torch.optim's
+with a checkpoint, when the launcher asks. Faults for tests come from NVRX_TEST_FAULT, as in examples/train.py
+(crash, exit, hang, stuck, stuckin, noprogress, slow, raise; acted on when NVRX_RESTART_COUNT matches).
+The optimizer (Adam) is written out here: torch.optim's
 constructor imports torch._dynamo, seconds of start-up per rank.
 """
 
@@ -31,6 +33,9 @@ import xxhash
 from nvrx_hpc import worker
 from nvrx_hpc.ckpt import AsyncCheckpointer
 from nvrx_hpc.core.errors import CheckpointError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train import inject, parse_faults  # noqa: E402 - the sibling example's fault injection
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -100,6 +105,13 @@ def digest(tensors: list[torch.Tensor]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        faults = parse_faults(os.environ.get("NVRX_TEST_FAULT", ""))
+    except ValueError as exc:
+        print(f"NVRX_TEST_FAULT: {exc}", file=sys.stderr)
+        return 2
+    restart = int(os.environ.get("NVRX_RESTART_COUNT", "0") or 0)
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")  # flight recorder on, for hang dumps
     worker.enabled()  # connect to the node agent (if any) before the slow start-up
     torch.set_num_threads(1)  # one thread: the same float sums on every run
     rank, world = init_distributed()
@@ -128,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     step = start
     for step in range(start + 1, args.steps + 1):
         worker.heartbeat()
+        for kind in ("crash", "exit", "hang", "noprogress", "slow", "raise"):
+            inject(faults, kind, rank, step, restart)
         with worker.section("step"):
             x, y = batch(step, rank)
             for p in params:
@@ -136,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
             loss.backward()
         # one collective per step: the gradients plus this rank's stop flag, so all ranks stop together
         flat = torch.cat([p.grad.reshape(-1) for p in params] + [torch.tensor([float(worker.stop_requested())])])
+        inject(faults, "stuck", rank, step, restart)
         with worker.section("allreduce"):
+            inject(faults, "stuckin", rank, step, restart)
             dist.all_reduce(flat)
         offset = 0
         for p in params:
@@ -146,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         progress["seen"] += torch.tensor([1, x.shape[0]])
         progress["loss_ema"] = (0.9 * progress["loss_ema"].float() + 0.1 * loss.detach()).to(torch.bfloat16)
         worker.set_iteration(step)
+        if step == start + 1 and rank == 0:  # for benchmarks/recovery.py's baseline, which has no agent to ask
+            print(f"first step {step} done at {time.time():.3f}", flush=True)
         if args.step_time > 0:
             time.sleep(args.step_time)
         stop = flat[-1].item() > 0

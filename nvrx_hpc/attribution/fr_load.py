@@ -33,6 +33,7 @@ __all__ = [
 SUPPORTED_MINOR = range(3, 11)  # 2.3 .. 2.10
 MAX_DUMP_BYTES = 512 * 1024 * 1024
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:pkl|pickle|json|bin|dump))?$")
+_RANK_WORD = re.compile(r"rank[-_]?(\d+)")  # the worker's `rank-3.restart-1.pkl`: the rank, not the restart
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -95,8 +96,9 @@ class FRDump:
 
 
 def rank_from_name(name: str) -> int | None:
-    """The global rank in a dump's file name: `rank-3.pkl`, `_dump_12`, `nccl_trace_rank_5` -> 3, 12, 5."""
-    m = _RANK_SUFFIX.search(name)
+    """The global rank in a dump's file name: `rank-3.pkl`, `_dump_12`, `nccl_trace_rank_5`, `rank-2.restart-1.pkl`
+    -> 3, 12, 5, 2."""
+    m = _RANK_WORD.search(name) or _RANK_SUFFIX.search(name)
     return int(m.group(1)) if m else None
 
 

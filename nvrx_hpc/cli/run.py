@@ -40,7 +40,9 @@ def register(app: typer.Typer) -> None:
     def run(
         command: list[str] = typer.Argument(None, help="The training command, after --."),
         spares: int | None = typer.Option(None, "--spares", min=0, help="Nodes held back to replace failed ones."),
-        tasks_per_node: int = typer.Option(1, "--tasks-per-node", min=1, help="Ranks per node."),
+        tasks_per_node: int | None = typer.Option(
+            None, "--tasks-per-node", min=1, help="Ranks per node [from the allocation: SLURM_NTASKS_PER_NODE, ...]."
+        ),
         max_restarts: int | None = typer.Option(None, "--max-restarts", min=0, help="In-allocation restarts."),
         min_nodes: int | None = typer.Option(None, "--min-nodes", min=1, help="Shrink down to this many nodes."),
         max_no_progress: int = typer.Option(3, "--max-no-progress", min=1, help="Stop after K stalled attempts."),
@@ -58,10 +60,15 @@ def register(app: typer.Typer) -> None:
         health_interval: float = typer.Option(
             30.0, "--health-interval", min=0, help="Seconds between the agents' health checks (0: off)."
         ),
+        exclude_after: int = typer.Option(
+            3, "--exclude-after", min=1, help="Exclude a healthy node behind this many failures in the window."
+        ),
+        exclude_window: float = typer.Option(3600.0, "--exclude-window", help="Seconds: --exclude-after's window."),
     ) -> None:
         """Run CMD as an srun step in this allocation and keep it alive through failures."""
         from nvrx_hpc.launcher.loop import Launcher
         from nvrx_hpc.launcher.settings import RunSettings
+        from nvrx_hpc.launcher.shape import resolve_shape
         from nvrx_hpc.slurm.backend import get_backend
         from nvrx_hpc.slurm.runner import CommandRunner
 
@@ -69,11 +76,15 @@ def register(app: typer.Typer) -> None:
         ctx = JobContext.from_env(required=("job_id", "node_list"))
         if run_dir is None:
             run_dir = Path(config.launcher.run_path(ctx.submit_dir or os.getcwd(), str(ctx.job_id)))
+        spares = config.launcher.spares if spares is None else spares
+        shape = resolve_shape(ctx, tasks_per_node, spares)  # before anything starts
         settings = RunSettings(
             command=list(command or []),
             run_dir=run_dir.absolute(),
-            spares=config.launcher.spares if spares is None else spares,
-            tasks_per_node=tasks_per_node,
+            spares=spares,
+            tasks_per_node=shape.tasks_per_node,
+            cpus_per_task=shape.cpus_per_task,
+            gpus_per_task=shape.gpus_per_task,
             max_restarts=config.launcher.max_restarts if max_restarts is None else max_restarts,
             max_no_progress=max_no_progress,
             min_nodes=min_nodes,
@@ -85,8 +96,11 @@ def register(app: typer.Typer) -> None:
             health_interval_s=health_interval,
             agent_socket=config.agent.socket,
             attribution=attribution,
+            exclude_after=exclude_after,
+            exclude_window_s=exclude_window,
         )
         settings.validate(len(ctx.node_list))  # before anything starts
+        typer.echo(f"nvrx-hpc run: job {ctx.job_id}: {shape.describe()}; run dir {settings.run_dir}")
         runner = CommandRunner(default_timeout=config.slurm.command_timeout_s)
         launcher = Launcher(settings, ctx, get_backend(config.slurm.backend, runner), runner)
         code = asyncio.run(launcher.run())
@@ -172,6 +186,8 @@ def register(app: typer.Typer) -> None:
         age = time.time() - float(state.get("updated", 0))
         pool = state.get("pool", {})
         typer.echo(f"job {state.get('job')}  attempt {state.get('attempt')}  updated {age:.1f} s ago")
+        if state.get("outcome"):
+            typer.echo(f"outcome: {state['outcome']}")
         typer.echo(f"active {','.join(pool.get('active', []))}  spares {','.join(pool.get('spares', [])) or '-'}")
         for node, why in (pool.get("excluded") or {}).items():
             typer.echo(f"excluded {node}: {why}")

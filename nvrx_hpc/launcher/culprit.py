@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["Finding", "pick_culprit"]
+if TYPE_CHECKING:
+    from nvrx_hpc.launcher.hub import HubEvent
+
+__all__ = ["Finding", "pick_culprit", "finding_from_event"]
 
 
 @dataclass(frozen=True)
@@ -43,3 +48,36 @@ def pick_culprit(findings: list[Finding], comm_sections: frozenset[str]) -> Find
         pool = outside or hung
         return min(pool, key=lambda f: (f.last_beat_at if f.last_beat_at is not None else f.time, f.rank or 0))
     return min(findings, key=lambda f: f.time)
+
+
+def finding_from_event(event: HubEvent, nodes: list[str]) -> tuple[Finding | None, int | None]:
+    """What an agent's event says went wrong on `nodes` (None: nothing), and the iteration it carries."""
+    data = event.data
+    iteration = data.get("iteration") if isinstance(data.get("iteration"), int) else None
+    if isinstance(data.get("time"), (int, float)):  # when the agent saw it, not when it arrived here
+        event = dataclasses.replace(event, time=float(data["time"]))
+    if event.kind == "ag.health" and event.node in nodes:
+        why = f"{event.node} failed health check {data.get('check')}: {data.get('detail')}"
+        return Finding("health", event.time, event.node, reason=why), None
+    if event.kind == "hub.agent_lost" and event.node in nodes:
+        silent = f" (silent for {data['silent_s']:g} s)" if "silent_s" in data else ""
+        return Finding("agent_lost", event.time, event.node, reason=f"node agent on {event.node} lost{silent}"), None
+    if event.kind != "ag.rank" or event.node not in nodes:
+        return None, iteration
+    rank = data.get("rank")
+    if data.get("event") == "hung":
+        why = f"rank {rank} on {event.node} hung: {data.get('reason')}"
+        sections = tuple(data.get("sections") or ())
+        return Finding("hung", event.time, event.node, rank, why, sections, data.get("last_beat_at")), iteration
+    if data.get("event") == "exited":
+        code, sig = data.get("exit_code"), data.get("signal")
+        if code == 0 and not sig:
+            return None, iteration
+        if code is None and not sig:
+            why = f"rank {rank} on {event.node} exited (seen by the PID watch; no exit status)"
+            return Finding("exited_unknown", event.time, event.node, rank, why), iteration
+        else:
+            how = f"killed by signal {sig}" if sig else f"exited with code {code}"
+        return Finding("exited", event.time, event.node, rank, f"rank {rank} on {event.node} {how}",
+                       tuple(data.get("sections") or ())), iteration
+    return None, iteration

@@ -6,32 +6,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import re
 import signal
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
-from nvrx_hpc.agent.site import ATTACH_WAIT_S
 from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.core.wire import load_token, new_token, save_token
-from nvrx_hpc.launcher.culprit import Finding, pick_culprit
+from nvrx_hpc.launcher.culprit import Finding, finding_from_event, pick_culprit
+from nvrx_hpc.launcher.evidence import gather_evidence, partition_capacity
 from nvrx_hpc.launcher.hub import AgentHub, HubEvent
-from nvrx_hpc.launcher.policy import Action, Attempt, Outcome, RestartPolicy
+from nvrx_hpc.launcher.policy import Action, Attempt, NodeJudgement, Outcome, RestartPolicy, judge_node
 from nvrx_hpc.launcher.pool import NodePool
+from nvrx_hpc.launcher.rundir import JobIdentity, claim_run_dir, read_state, write_state
 from nvrx_hpc.launcher.settings import RunSettings
-from nvrx_hpc.launcher.status import write_status
+from nvrx_hpc.launcher.site_attach import attach_site_agents
+from nvrx_hpc.launcher.status import launcher_status, write_status
 from nvrx_hpc.launcher.steps import (
     SrunStep,
     StepSpec,
     agent_step_argv,
-    attach_step_argv,
     srun_has_nvrx,
     training_step_argv,
 )
@@ -43,9 +42,6 @@ __all__ = ["Launcher"]
 
 ATTRIBUTION_TIMEOUT_S = 30.0  # a verdict that takes longer is not waited for
 
-# What `nvrx-hpc agent-attach` prints on each node.
-_ATTACHED = re.compile(r"^nvrx-attach (\S+) attached pid=(\d+)", re.M)
-_MISSING = re.compile(r"^nvrx-attach (\S+) missing: (.*)$", re.M)
 
 log = logging.getLogger(__name__)
 
@@ -65,32 +61,55 @@ class Launcher:
         self.hub: AgentHub | None = None
         self._stop_requested = asyncio.Event()
         self._restarts_before = 0
+        self._attempts_started = 0
         self._ranks: dict[str, dict] = {}
+        self._fr_culprits: tuple[int, ...] = ()  # the ranks the last attempt's flight-recorder dumps name
+        self._outcome: str | None = None  # how the launcher ended (status.json, `nvrx-hpc status`)
+        self._failures: list[dict] = []  # {node, time, reason} of every failed attempt, kept across requeues
+        self._env: dict[str, str] = dict(os.environ)
 
     # ------------------------------------------------------------------ set-up
 
     def _prepare_run_dir(self) -> bytes:
+        identity = JobIdentity(
+            job_id=self.ctx.job_id, uid=os.getuid(), cluster=self.ctx.cluster_name,
+            submit_time=self._submit_time(), restart_count=self.ctx.restart_count,
+        )  # fmt: skip
+        moved = claim_run_dir(self.run_dir, identity)
+        if moved is not None:
+            self.events.emit("launcher.run_dir.previous_job", reason="the run directory held another job with "
+                             f"this id; its files moved to {moved}", moved_to=str(moved))  # fmt: skip
         for sub in ("logs", "stacks", "fr"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         token_file = self.run_dir / "token"
         if not token_file.exists():
             save_token(token_file, new_token())
-        state = self._read_state()
-        self._restarts_before = int(state.get("restarts_total", 0))
+        state = read_state(self.run_dir)
+        # Every attempt of the job, across requeues, gets its own number (logs, stacks and dumps are named by it),
+        # even when the launcher before this one was killed before it could write its state.
+        self._restarts_before = int(state.get("attempts_started", state.get("restarts_total", 0)))
+        self._failures = [f for f in state.get("failures", []) if isinstance(f, dict) and "node" in f and "time" in f]
         return load_token(token_file)
 
-    def _read_state(self) -> dict:
+    def _submit_time(self) -> str | None:
+        """Slurm's SubmitTime for this job (new on each requeue), or None when Slurm cannot say."""
         try:
-            return json.loads((self.run_dir / "launcher-state.json").read_text())
-        except (OSError, ValueError):
-            return {}
+            done = self.runner.run(["scontrol", "-o", "show", "job", str(self.ctx.job_id)], timeout=15)
+        except NvrxError:
+            return None
+        match = re.search(r"\bSubmitTime=(\S+)", done.stdout)
+        return match.group(1) if match else None
 
-    def _write_state(self) -> None:
+    def _write_state(self, stopped: str | None = None) -> None:
         state = {
             "restarts_total": self._restarts_before + max(0, len(self.history) - 1),
+            "attempts_started": self._restarts_before + self._attempts_started,
             "excluded": self.pool.excluded if self.pool else {},
+            "failures": self._failures[-100:],
         }
-        (self.run_dir / "launcher-state.json").write_text(json.dumps(state, indent=1))
+        if stopped:
+            state["stopped"] = stopped
+        write_state(self.run_dir, state)
 
     def _advertise_host(self) -> str:
         first = self.ctx.node_name or (self.ctx.node_list[0] if self.ctx.node_list else None)
@@ -114,17 +133,20 @@ class Launcher:
         token = self._prepare_run_dir()
         nodes = list(self.ctx.node_list)
         self.s.validate(len(nodes))
-        excluded_before = self._read_state().get("excluded", {})
+        excluded_before = read_state(self.run_dir).get("excluded", {})
         self.pool = NodePool.split(nodes, self.s.spares, {n: w for n, w in excluded_before.items() if n in nodes})
         self.events.emit(
             "launcher.started", job=self.ctx.job_id, nodes=nodes, pool=self.pool.to_dict(), command=self.s.command,
-            slurm_restart_count=self.ctx.restart_count, mode=self.s.mode,
+            slurm_restart_count=self.ctx.restart_count, mode=self.s.mode, tasks_per_node=self.s.tasks_per_node,
+            world_size=len(self.pool.active) * self.s.tasks_per_node, cpus_per_task=self.s.cpus_per_task,
+            gpus_per_task=self.s.gpus_per_task,
         )
         self.hub = AgentHub(token, job=str(self.ctx.job_id))
         port = await self.hub.start()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGUSR1, self._on_time_limit_warning)
         env = {**os.environ, "NVRX_TOKEN_FILE": str(self.run_dir / "token"), "NVRX_RUN_DIR": str(self.run_dir)}
+        self._env = env
         site = self.s.mode == "site"
         socket_template = self.s.agent_socket if site else f"/tmp/nvrx-{os.getuid()}-{self.ctx.job_id}/agent-%n.sock"
         link_args = [
@@ -132,11 +154,13 @@ class Launcher:
             "--socket", socket_template, "--health-interval", str(self.s.health_interval_s),
         ]  # fmt: skip
         all_nodes = self.pool.active + self.pool.spares
-        found = await self._attach_site_agents(all_nodes, link_args, env) if site else []
+        found = await attach_site_agents(all_nodes, link_args, env, self.events) if site else []
         own = [n for n in all_nodes if n not in found]  # user mode, or a node whose Prolog started none
-        agents = SrunStep(agent_step_argv(own, self.run_dir / "logs" / "agents.log", link_args), env) if own else None
-        if agents is not None:
-            await agents.start()
+        # One agent step per node: Slurm ends a step when one of its nodes fails, and a lost node must not
+        # take the other nodes' agents with it.
+        agents = [SrunStep(agent_step_argv([n], self.run_dir / "logs" / f"agent-{n}.log", link_args), env) for n in own]
+        for step in agents:
+            await step.start()
         status_task = loop.create_task(self._status_loop())
         try:
             missing = await self.hub.wait_for_agents(all_nodes, self.s.agent_timeout_s)
@@ -147,36 +171,11 @@ class Launcher:
             status_task.cancel()
             self.hub.broadcast("la.shutdown")
             await asyncio.sleep(0.2)
-            if agents is not None:
-                await agents.stop(3.0)
+            await asyncio.gather(*(step.stop(3.0) for step in agents))
             await self.hub.close()
             self._write_state()
             self._publish_status(final=True)
         return code
-
-    async def _attach_site_agents(self, nodes: list[str], link_args: list[str], env: dict[str, str]) -> list[str]:
-        """Site mode: attach the agents the Prolog started (jobs submitted with --nvrx); the nodes attached."""
-        argv = attach_step_argv(nodes, [*link_args, "--wait", f"{ATTACH_WAIT_S:g}"])
-        proc = await asyncio.create_subprocess_exec(
-            *argv, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), ATTACH_WAIT_S + 30)
-        except asyncio.TimeoutError:
-            proc.kill()
-            out, err = b"", b"the attach step did not finish"
-        text = out.decode(errors="replace")
-        pids = {m.group(1): int(m.group(2)) for m in _ATTACHED.finditer(text) if m.group(1) in nodes}
-        attached = sorted(pids)
-        missing = [n for n in nodes if n not in pids]
-        why = {m.group(1): m.group(2) for m in _MISSING.finditer(text)}
-        self.events.emit(
-            "launcher.agents.site", reason="attached the agents the Prolog started" if not missing else
-            f"no site agent on {compress(missing)}; starting agents there", attached=pids, missing=missing,
-            why={n: why.get(n, err.decode(errors='replace')[-300:]) for n in missing},
-        )  # fmt: skip
-        return attached
 
     async def _attempts(self, env: dict[str, str], socket_template: str) -> ExitCode:
         plugin = srun_has_nvrx(self.runner)
@@ -184,36 +183,44 @@ class Launcher:
         wanted = len(self.pool.active)
         while True:
             if not self.pool.active:
-                return self._requeue("no usable node left in the allocation")
+                return await self._requeue_or_stop("no usable node left in the allocation")
             index = len(self.history)
             restart = self._restarts_before + index
+            self._attempts_started = index + 1
+            self._write_state()
             attempt = await self._run_step(index, restart, env, socket_template, plugin)
             self.history.append(attempt)
             self._write_state()
+            verdict = None
             if attempt.outcome == Outcome.FAILED and self.s.attribution:
                 verdict = await self._judge(attempt)
-                if verdict is not None and not verdict.restartable:
+                attempt = self._refine_culprit(attempt, verdict)
+                self.history[-1] = attempt
+                if verdict is not None and (not verdict.restartable or verdict.action.value == "stop"):
                     # A failure of the workload itself (an exception, OOM, NaN, a full disk): restarting
                     # repeats it and excluding (or draining) a healthy node would be wrong.
                     reason = f"not restartable ({verdict.category.value}): {verdict.root_cause}"
-                    self.events.emit("launcher.stop", reason=reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
+                    self._end("launcher.stop", reason=reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
                     return ExitCode.DO_NOT_REQUEUE
             spare_used = False
             active_before = len(self.pool.active)
             if attempt.outcome == Outcome.FAILED and attempt.culprit_node:
-                spare_used = self._exclude(attempt.culprit_node, attempt.reason) is not None
+                judgement = await self._judge_node(attempt, verdict)
+                if judgement.exclude:
+                    spare_used = self._exclude(attempt.culprit_node, judgement.reason) is not None
             decision = policy.decide(self.history, len(self.pool.active), spare_used, wanted)
             self.events.emit(
                 f"launcher.decision.{decision.action.value}", reason=decision.reason, attempt=index,
                 pool=self.pool.to_dict(), active_before=active_before,
             )
             if decision.action == Action.DONE:
+                self._outcome = f"done: {decision.reason}"
                 return ExitCode.OK
             if decision.action == Action.STOP:
-                self.events.emit("launcher.stop", reason=decision.reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
+                self._end("launcher.stop", reason=decision.reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
                 return ExitCode.DO_NOT_REQUEUE
             if decision.action == Action.REQUEUE:
-                return self._requeue(decision.reason)
+                return await self._requeue_or_stop(decision.reason)
             self.events.emit("launcher.restart", reason=decision.reason, restart=restart + 1,
                              nodes=self.pool.active, world_size=len(self.pool.active) * self.s.tasks_per_node)
 
@@ -221,6 +228,7 @@ class Launcher:
         """Attribution's verdict on the attempt that just failed (its logs, events, dumps); None if it fails."""
         from nvrx_hpc.attribution.analyze import analyze_run
 
+        self._fr_culprits = ()
         try:
             report = await asyncio.wait_for(
                 asyncio.to_thread(analyze_run, self.run_dir, since=attempt.started_at), ATTRIBUTION_TIMEOUT_S
@@ -229,19 +237,90 @@ class Launcher:
             self.events.emit("launcher.attribution_failed", reason=f"{type(exc).__name__}: {exc}")
             return None
         v = report.verdict
+        self._fr_culprits = tuple(report.fr.culprits) if report.fr is not None else ()
         self.events.emit(
             "launcher.attribution", reason=v.root_cause, category=v.category.value, restartable=v.restartable,
             action=v.action.value, confidence=round(v.confidence, 2), ranks=list(v.culprit.ranks),
-            nodes=list(v.culprit.nodes), signature=v.signature,
+            nodes=list(v.culprit.nodes), signature=v.signature, flight_recorder_culprits=list(self._fr_culprits),
         )  # fmt: skip
         return v
 
-    def _requeue(self, reason: str) -> ExitCode:
+    def _refine_culprit(self, attempt: Attempt, verdict: Any) -> Attempt:
+        """A hang: the flight-recorder dumps taken at hang time say which rank never joined the collective the
+        others wait in; that beats the section heuristic (a victim can wait outside any section)."""
+        named = self._fr_culprits
+        if not named and attempt.unsure and verdict is not None:
+            named = tuple(verdict.culprit.ranks)
+        if attempt.finding != "hung" or len(named) != 1:
+            return attempt
+        rank = int(named[0])
+        if rank == attempt.culprit_rank:
+            return attempt
+        ranks = {int(r): info.get("node") for r, info in self._ranks.items() if str(r).isdigit()}
+        node = ranks.get(rank) or attempt.culprit_node
+        why = f"rank {rank} on {node} holds up the collective (flight recorder): {verdict.root_cause}"
+        self.events.emit("launcher.culprit.refined", node=node, rank=rank, reason=why, was_rank=attempt.culprit_rank,
+                         was_node=attempt.culprit_node, category=verdict.category.value)  # fmt: skip
+        return dataclasses.replace(attempt, culprit_node=node, culprit_rank=rank, reason=why, unsure=False)
+
+    def _end(self, kind: str, reason: str, **detail: Any) -> None:
+        """The launcher's last decision: an event, and the outcome `nvrx-hpc status` shows."""
+        self._outcome = f"{kind.removeprefix('launcher.')}: {reason}"
+        self.events.emit(kind, reason=reason, **detail)
+
+    async def _judge_node(self, attempt: Attempt, verdict: Any) -> NodeJudgement:
+        """Whether the culprit node goes: only on evidence about the node (decision table in docs/launcher.md)."""
+        node = attempt.culprit_node
+        evidence = await gather_evidence(attempt, verdict, self.backend, self._env, self.events)
+        now = time.time()
+        self._failures.append({"node": node, "time": now, "reason": attempt.reason})
+        times = [f["time"] for f in self._failures if f["node"] == node]
+        judgement = judge_node(evidence, times, now, self.s.exclude_window_s, self.s.exclude_after)
+        self.events.emit("launcher.node.judged", node=node, exclude=judgement.exclude, row=judgement.row,
+                         reason=judgement.reason, finding=attempt.finding)
+        return judgement
+
+    async def _requeue_or_stop(self, reason: str) -> ExitCode:
+        """Requeue, unless the partition can no longer run the job without the excluded nodes: then ask
+        for fewer nodes when --min-nodes allows, else stop (never leave a job pending forever)."""
+        excluded = sorted(self.pool.excluded) if self.pool else []
+        needed = len(self.ctx.node_list)
+        if not excluded:
+            return self._requeue(reason)
+        try:
+            cap = await asyncio.to_thread(
+                partition_capacity, self.backend, self.runner, self.ctx.partition, excluded, needed
+            )
+        except NvrxError as exc:  # fail open: requeue as asked; Slurm will say if it cannot run it
+            self.events.emit("launcher.capacity_unknown", reason=exc.message)
+            return self._requeue(reason)
+        self.events.emit("launcher.capacity", partition=cap.partition, usable=list(cap.usable), needed=needed,
+                         excluded=excluded, reason=f"{len(cap.usable)} usable node(s) not excluded, {needed} needed")
+        if cap.enough:
+            return self._requeue(reason)
+        smallest = (self.s.min_nodes or 0) + self.s.spares
+        if self.s.min_nodes is not None and len(cap.usable) >= smallest:
+            return self._requeue(reason, nodes=len(cap.usable))
+        why = (
+            f"cannot requeue: partition {cap.partition or '(default)'} has {len(cap.usable)} usable node(s) besides "
+            f"the excluded {compress(excluded)}, and the job needs {needed}"
+            + (f" (at least {smallest} with --min-nodes {self.s.min_nodes})" if self.s.min_nodes else "")
+            + f"; {reason}"
+        )
+        self._end("launcher.stop", reason=why, exit_code=int(ExitCode.DO_NOT_REQUEUE), stranded=True)
+        self._write_state(stopped=why)
+        return ExitCode.DO_NOT_REQUEUE
+
+    def _requeue(self, reason: str, nodes: int | None = None) -> ExitCode:
         excluded = sorted(self.pool.excluded) if self.pool else []
         self._write_state()
-        self.events.emit("launcher.requeue", reason=reason, exclude=excluded)
+        self._end("launcher.requeue", reason=reason, exclude=excluded, nodes=nodes)
         try:
             self.backend.requeue(self.ctx.job_id, exclude=excluded)
+            if nodes is not None:  # the requeued job waits (BeginTime) long enough to take the new size
+                self.runner.run(["scontrol", "update", f"JobId={self.ctx.job_id}", f"NumNodes={nodes}"], timeout=15)
+                self.events.emit("launcher.requeue.shrunk", nodes=nodes,
+                                 reason=f"the partition holds only {nodes} usable nodes; --min-nodes allows it")
         except NvrxError as exc:
             self.events.emit("launcher.requeue_failed", reason=exc.message)
         return ExitCode.REQUEUE_EXCLUDING
@@ -284,7 +363,7 @@ class Launcher:
         spec = StepSpec(
             nodes=nodes, tasks_per_node=self.s.tasks_per_node, name=f"nvrx-train-{restart}",
             output=self.run_dir / "logs" / f"step-{restart}.log", env=step_env, command=self.s.command,
-            nvrx_plugin=plugin,
+            nvrx_plugin=plugin, cpus_per_task=self.s.cpus_per_task, gpus_per_task=self.s.gpus_per_task,
         )
         step = SrunStep(training_step_argv(spec), {**env, **step_env})
         started = time.time()
@@ -304,11 +383,16 @@ class Launcher:
         if not findings:
             findings = [Finding("srun", time.time(), None, reason=f"training step exited with code {rc}")]
         culprit = pick_culprit(findings, self.s.comm_sections)
+        hung = [f for f in findings if f.kind == "hung"]
+        # Every hung rank waits inside a collective: the sections cannot tell who holds it up; the
+        # flight-recorder dumps taken at hang time can (attribution reads them next).
+        unsure = culprit.kind == "hung" and all(set(f.sections) & self.s.comm_sections for f in hung)
         self.events.emit(
             "launcher.culprit", node=culprit.node, rank=culprit.rank, reason=culprit.reason, finding=culprit.kind,
-            findings=[f.__dict__ for f in findings],
-        )
-        return Attempt(Outcome.FAILED, culprit.node, culprit.reason, max_iteration, started)
+            findings=[f.__dict__ for f in findings], unsure=unsure,
+        )  # fmt: skip
+        return Attempt(Outcome.FAILED, culprit.node, culprit.reason, max_iteration, started, culprit.kind, culprit.rank,
+                       unsure)
 
     def _timeouts(self) -> dict:
         calibrate = self.s.heartbeat_timeout is None
@@ -336,6 +420,7 @@ class Launcher:
         first_at: float | None = None
         ended_at: float | None = None
         first_iteration_seen = False
+        silenced: set[str] = set()
         waiter = asyncio.ensure_future(step.wait())
         while True:
             now = time.monotonic()
@@ -349,8 +434,10 @@ class Launcher:
             try:
                 event = await asyncio.wait_for(self.hub.events.get(), timeout=0.05)
             except asyncio.TimeoutError:
-                continue
-            finding, iteration = self._finding(event, nodes)
+                event = self._silent_agent(nodes, silenced)
+                if event is None:
+                    continue
+            finding, iteration = finding_from_event(event, nodes)
             if iteration is not None:
                 iterations.append(iteration)
             if event.kind == "ag.rank" and event.data.get("event") == "first_iteration" and not first_iteration_seen:
@@ -369,8 +456,9 @@ class Launcher:
             self.events.emit(f"launcher.rank.{finding.kind}", node=finding.node, rank=finding.rank,
                              reason=finding.reason, sections=list(finding.sections))
             first_at = first_at or time.monotonic()
-        for link in self.hub.agents.values():
+        for node, link in self.hub.agents.items():
             iterations.extend(r["iteration"] for r in link.ranks.values() if isinstance(r.get("iteration"), int))
+            self._ranks.update({str(rank): {**info, "node": node} for rank, info in link.ranks.items()})
         max_iteration = max(iterations) if iterations else None
         if not waiter.done():
             self.hub.broadcast("la.stop", nodes=nodes, grace_s=self.s.stop_grace_s, reason="step failed")
@@ -383,35 +471,16 @@ class Launcher:
                 self.events.emit("launcher.rank.exited", node=f.node, rank=f.rank, reason=f.reason)
         return findings, max_iteration, rc
 
-    def _finding(self, event: HubEvent, nodes: list[str]) -> tuple[Finding | None, int | None]:
-        data = event.data
-        iteration = data.get("iteration") if isinstance(data.get("iteration"), int) else None
-        if isinstance(data.get("time"), (int, float)):  # when the agent saw it, not when it arrived here
-            event = dataclasses.replace(event, time=float(data["time"]))
-        if event.kind == "ag.health" and event.node in nodes:
-            why = f"{event.node} failed health check {data.get('check')}: {data.get('detail')}"
-            return Finding("health", event.time, event.node, reason=why), None
-        if event.kind == "hub.agent_lost" and event.node in nodes:
-            return Finding("agent_lost", event.time, event.node, reason=f"node agent on {event.node} lost"), None
-        if event.kind != "ag.rank" or event.node not in nodes:
-            return None, iteration
-        rank = data.get("rank")
-        if data.get("event") == "hung":
-            why = f"rank {rank} on {event.node} hung: {data.get('reason')}"
-            sections = tuple(data.get("sections") or ())
-            return Finding("hung", event.time, event.node, rank, why, sections, data.get("last_beat_at")), iteration
-        if data.get("event") == "exited":
-            code, sig = data.get("exit_code"), data.get("signal")
-            if code == 0 and not sig:
-                return None, iteration
-            if code is None and not sig:
-                why = f"rank {rank} on {event.node} exited (seen by the PID watch; no exit status)"
-                return Finding("exited_unknown", event.time, event.node, rank, why), iteration
-            else:
-                how = f"killed by signal {sig}" if sig else f"exited with code {code}"
-            return Finding("exited", event.time, event.node, rank, f"rank {rank} on {event.node} {how}",
-                           tuple(data.get("sections") or ())), iteration
-        return None, iteration
+    def _silent_agent(self, nodes: list[str], silenced: set[str]) -> HubEvent | None:
+        """An agent whose link is up but says nothing (a node that lost power sends no reset; a stopped
+        agent): lost, once it has been silent for `agent_silent_s` (it reports every second)."""
+        now = time.time()
+        for node in nodes:
+            link = self.hub.agents.get(node)
+            if link is not None and node not in silenced and now - link.last_seen > self.s.agent_silent_s:
+                silenced.add(node)
+                return HubEvent("hub.agent_lost", node, {"silent_s": round(now - link.last_seen, 1)}, now)
+        return None
 
     # ------------------------------------------------------------------ signals and status
 
@@ -424,18 +493,12 @@ class Launcher:
         self.hub.broadcast("la.request_stop", reason="time limit")
 
     def _publish_status(self, final: bool = False) -> None:
-        ranks = {}
-        agents = {}
-        for node, link in (self.hub.agents.items() if self.hub else []):
-            agents[node] = {"pid": link.pid, "last_seen_age": round(time.time() - link.last_seen, 3)}
-            for rank, info in link.ranks.items():
-                ranks[rank] = {**info, "node": node}
-        status = {
+        status = launcher_status(self.hub.agents if self.hub else {}, final=final)
+        status.update({
             "job": self.ctx.job_id, "run_dir": str(self.run_dir), "attempt": len(self.history),
-            "restarts": self._restarts_before + max(0, len(self.history) - (0 if final else 0)),
-            "pool": self.pool.to_dict() if self.pool else {}, "agents": agents, "ranks": ranks, "final": final,
-            "history": [a.__dict__ for a in self.history],
-        }  # fmt: skip
+            "restarts": self._restarts_before + len(self.history), "pool": self.pool.to_dict() if self.pool else {},
+            "history": [a.__dict__ for a in self.history], "outcome": self._outcome,
+        })  # fmt: skip
         try:
             write_status(self.run_dir, status)
         except OSError as exc:
@@ -445,10 +508,6 @@ class Launcher:
         while True:
             self._publish_status()
             await asyncio.sleep(1.0)
-
-
-def default_run_dir(ctx: JobContext, template: str) -> Path:
-    return Path(template.format(submit_dir=ctx.submit_dir or os.getcwd(), job_id=ctx.job_id))
 
 
 def _free_port() -> int:

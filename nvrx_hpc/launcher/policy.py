@@ -1,11 +1,13 @@
-"""What to do after a training step ends: a pure decision over the attempt history, no Slurm, no clock."""
+"""What to do after a training step ends, and whether its culprit node goes: pure decisions, no Slurm, no clock."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["Outcome", "Attempt", "Action", "Decision", "RestartPolicy"]
+__all__ = [
+    "Outcome", "Attempt", "Action", "Decision", "RestartPolicy", "NodeEvidence", "NodeJudgement", "judge_node",
+]  # fmt: skip
 
 
 class Outcome(str, Enum):
@@ -23,6 +25,9 @@ class Attempt:
     reason: str = ""
     max_iteration: int | None = None
     started_at: float | None = None  # epoch seconds: attribution judges only what came after
+    finding: str = ""  # the culprit finding's kind (launcher.culprit.Finding.kind)
+    culprit_rank: int | None = None
+    unsure: bool = False  # a hang with every rank inside a collective: attribution may name another rank
 
 
 class Action(str, Enum):
@@ -90,3 +95,67 @@ class RestartPolicy:
                 break
             stalled += 1
         return stalled
+
+
+# ---------------------------------------------------------------------------- which node to exclude
+
+
+@dataclass(frozen=True)
+class NodeEvidence:
+    """What is known about the culprit node of a failed attempt, gathered right after the failure.
+
+    `finding`: the culprit finding's kind (`exited`, `hung`, `health`, `agent_lost`, `srun`).
+    `health_ok`: the quick health check after the failure passed (True), found a fatal problem
+    (False) or was not run (None). `reachable`: the check could run there and Slurm has the node
+    responding (True), not (False), unknown (None). `verdict_action`/`verdict_nodes`: attribution's.
+    """
+
+    node: str | None
+    finding: str
+    reason: str = ""
+    health_ok: bool | None = None
+    health_detail: str = ""
+    reachable: bool | None = None
+    verdict_action: str | None = None
+    verdict_nodes: tuple[str, ...] = ()
+    verdict_category: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeJudgement:
+    exclude: bool
+    reason: str
+    row: str  # the decision-table row (docs/launcher.md), for the event and the tests
+
+
+def judge_node(
+    evidence: NodeEvidence, failure_times: list[float], now: float, window_s: float, repeat_limit: int
+) -> NodeJudgement:
+    """Exclude the culprit node only on evidence about the node; a software fault restarts in place.
+
+    `failure_times`: when earlier failed attempts (this one included) named the same node.
+    """
+    node, why = evidence.node, evidence.reason
+    if node is None:
+        return NodeJudgement(False, f"no node named ({why}); restart in place", "no-node")
+    if evidence.finding == "health":
+        return NodeJudgement(True, f"fatal health finding: {why}", "health")
+    if evidence.finding == "agent_lost":
+        return NodeJudgement(True, f"node agent or node lost: {why}", "agent-lost")
+    if evidence.reachable is False:
+        return NodeJudgement(True, f"{node} unreachable after the failure: {evidence.health_detail or why}",
+                             "unreachable")
+    if evidence.health_ok is False:
+        return NodeJudgement(True, f"{node} failed the quick health check: {evidence.health_detail}", "health-check")
+    if evidence.verdict_action == "exclude_and_retry" and node in evidence.verdict_nodes:
+        return NodeJudgement(
+            True, f"attribution blames the node ({evidence.verdict_category}): {why}", "attribution-exclude"
+        )
+    recent = [t for t in failure_times if now - t <= window_s]
+    if len(recent) >= repeat_limit:
+        return NodeJudgement(
+            True, f"{node} behind {len(recent)} failures within {window_s:g} s (limit {repeat_limit}): {why}",
+            "repeated",
+        )
+    checked = "health check passed" if evidence.health_ok else "node not checked"
+    return NodeJudgement(False, f"software fault on a healthy node ({checked}); restart in place: {why}", "software")

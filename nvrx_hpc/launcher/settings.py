@@ -19,6 +19,8 @@ class RunSettings:
     run_dir: Path
     spares: int = 0
     tasks_per_node: int = 1
+    cpus_per_task: int | None = None  # passed to the training step (22.05's srun does not inherit it)
+    gpus_per_task: int | None = None
     max_restarts: int = 3
     max_no_progress: int = 3
     min_nodes: int | None = None
@@ -28,8 +30,11 @@ class RunSettings:
     mode: str = "user"
     stop_grace_s: float = 5.0
     agent_timeout_s: float = 30.0
+    agent_silent_s: float = 15.0  # an agent link up but silent this long counts as lost (agents report every 1 s)
     health_interval_s: float = 30.0  # the agents' health loop; 0 turns it off
     agent_socket: str = "/run/nvrx/%j/agent-%n.sock"  # site mode: where the Prolog-started agents listen
+    exclude_after: int = 3  # a node behind this many failures within exclude_window_s goes, healthy or not
+    exclude_window_s: float = 3600.0
     attribution: bool = True  # stop at once when attribution judges a failure not restartable
     comm_sections: frozenset[str] = COMM_SECTIONS
 
@@ -49,6 +54,8 @@ class RunSettings:
             raise ConfigError(
                 f"--min-nodes {self.min_nodes} must be between 1 and the {allocated_nodes - self.spares} training nodes"
             )
+        if self.exclude_after < 1 or self.exclude_window_s <= 0:
+            raise ConfigError("--exclude-after must be >= 1 and --exclude-window > 0 seconds")
         timeouts = (("--heartbeat-timeout", self.heartbeat_timeout), ("--initial-timeout", self.initial_timeout))
         for name, value in timeouts:
             if value is not None and value <= 0:

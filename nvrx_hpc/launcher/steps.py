@@ -27,6 +27,8 @@ class StepSpec:
     env: dict[str, str]
     command: list[str]
     nvrx_plugin: bool = False
+    cpus_per_task: int | None = None
+    gpus_per_task: int | None = None
 
 
 def agent_step_argv(nodes: list[str], output: Path, agent_args: list[str]) -> list[str]:
@@ -34,7 +36,8 @@ def agent_step_argv(nodes: list[str], output: Path, agent_args: list[str]) -> li
     return [
         "srun", "--overlap", f"--nodes={len(nodes)}", f"--nodelist={compress(nodes)}", "--ntasks-per-node=1",
         f"--ntasks={len(nodes)}",
-        "--kill-on-bad-exit=0", "--job-name=nvrx-agents", f"--output={output}", "--quiet", "--unbuffered",
+        "--kill-on-bad-exit=0", "--job-name=nvrx-agents", f"--output={output}", "--open-mode=append", "--quiet",
+        "--unbuffered",
         sys.executable, "-m", "nvrx_hpc", "agent", *agent_args,
     ]  # fmt: skip
 
@@ -55,6 +58,10 @@ def training_step_argv(spec: StepSpec) -> list[str]:
         "--kill-on-bad-exit=1", f"--job-name={spec.name}", f"--output={spec.output}", "--label", "--unbuffered",
         "--quiet",
     ]  # fmt: skip
+    if spec.cpus_per_task is not None:
+        argv.append(f"--cpus-per-task={spec.cpus_per_task}")
+    if spec.gpus_per_task is not None:
+        argv.append(f"--gpus-per-task={spec.gpus_per_task}")
     if spec.nvrx_plugin:
         argv.append("--nvrx")  # the SPANK plugin reports registrations and exit statuses to the agents
     exports = ",".join(["ALL", *sorted(spec.env)])

@@ -215,6 +215,11 @@ class JobContext:
     submit_dir: str | None = None
     cluster_name: str | None = None
     partition: str | None = None
+    ntasks_per_node_requested: int | None = None  # only with --ntasks-per-node (SLURM_NTASKS_PER_NODE)
+    cpus_per_task: int | None = None
+    cpus_per_node: int | None = None  # the smallest of SLURM_JOB_CPUS_PER_NODE
+    gpus_per_node: int | None = None
+    gpus_per_task: int | None = None
 
     @classmethod
     def from_env(

@@ -9,6 +9,11 @@ Facts the table encodes (checked on Slurm 22.05):
 * `SLURM_NTASKS_PER_NODE` exists only with `--ntasks-per-node`; `SLURM_TASKS_PER_NODE` always, in the
   form `2(x3),1`. The field is the per-node count when it is the same on every node, else None.
 * `SLURM_STEP_ID` is set inside srun steps, not in the batch script (which still has SLURM_PROCID=0).
+* `SLURM_JOB_CPUS_PER_NODE` is in the same `2(x4)` form; the field keeps the smallest count (what every
+  node can hold). `SLURM_CPUS_PER_TASK` exists only with `--cpus-per-task`, and 22.05's srun no longer
+  reads it from the environment: the launcher passes it on as a flag.
+* `SLURM_GPUS_ON_NODE` is the GPUs allocated on this node; `SLURM_GPUS_PER_NODE` may carry a type
+  (`a100:8`); `SLURM_GPUS_PER_TASK` exists only with `--gpus-per-task`.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ __all__ = ["FIELDS", "FieldSpec", "RequiredField", "context_from_env", "parse_ta
 RequiredField = Literal[
     "job_id", "job_name", "step_id", "node_list", "num_nodes", "node_name", "node_id", "procid",
     "localid", "ntasks", "ntasks_per_node", "restart_count", "submit_dir", "cluster_name", "partition",
+    "ntasks_per_node_requested", "cpus_per_task", "cpus_per_node", "gpus_per_node", "gpus_per_task",
 ]  # fmt: skip
 
 
@@ -44,6 +50,15 @@ def parse_tasks_per_node(value: str) -> tuple[int, ...]:
 def _uniform_tasks_per_node(value: str) -> int | None:
     counts = set(parse_tasks_per_node(value))
     return counts.pop() if len(counts) == 1 else None
+
+
+def _min_per_node(value: str) -> int:
+    return min(parse_tasks_per_node(value))
+
+
+def _gpu_count(value: str) -> int:
+    """`8`, `a100:8` or `gpu:a100:8` -> 8 (a GPU request as Slurm echoes it)."""
+    return int(value.strip().rsplit(":", 1)[-1])
 
 
 def _int(value: str) -> int:
@@ -84,6 +99,11 @@ FIELDS: dict[str, FieldSpec] = {
     "submit_dir": FieldSpec(("SLURM_SUBMIT_DIR",), _text),
     "cluster_name": FieldSpec(("SLURM_CLUSTER_NAME",), _text),
     "partition": FieldSpec(("SLURM_JOB_PARTITION",), _text),
+    "ntasks_per_node_requested": FieldSpec(("SLURM_NTASKS_PER_NODE",), _int),
+    "cpus_per_task": FieldSpec(("SLURM_CPUS_PER_TASK",), _int),
+    "cpus_per_node": FieldSpec(("SLURM_JOB_CPUS_PER_NODE",), _min_per_node),
+    "gpus_per_node": FieldSpec(("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"), _gpu_count),
+    "gpus_per_task": FieldSpec(("SLURM_GPUS_PER_TASK",), _gpu_count),
 }
 
 

@@ -114,3 +114,4 @@ def test_not_a_dump_and_unsupported_versions(tmp_path):
 
 def test_rank_from_name():
     assert [rank_from_name(n) for n in ("rank-3.pkl", "_dump_12", "nccl_trace_rank_5", "x.json")] == [3, 12, 5, None]
+    assert rank_from_name("rank-2.restart-0.pkl") == 2  # the worker's names: the rank, not the restart

@@ -56,9 +56,9 @@ def test_render_cli_prints_the_script():
                    "--", "python", "train.py", "--steps", "10")
     assert done.returncode == 0, done.stderr
     assert "#SBATCH --nodes=3\n" in done.stdout
-    assert done.stdout.endswith(
-        f"exec {PY} -m nvrx_hpc run --spares 1 --tasks-per-node 2 --run-dir /r -- python train.py --steps 10\n"
-    )
+    assert f"\n{PY} -m nvrx_hpc run --spares 1 --tasks-per-node 2 --run-dir /r -- python train.py --steps 10 &\n" \
+        in done.stdout
+    assert done.stdout.endswith('exit "$code"\n')
 
 
 INVALID = [

@@ -1,0 +1,136 @@
+"""Facts about nodes the launcher's decisions need: a quick health check on a node after a failure,
+and whether the partition can still run the job without the excluded nodes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from nvrx_hpc.core.errors import NvrxError
+from nvrx_hpc.core.events import EventLog
+from nvrx_hpc.core.exit_codes import ExitCode
+from nvrx_hpc.launcher.policy import Attempt, NodeEvidence
+from nvrx_hpc.slurm.api import SlurmBackend
+from nvrx_hpc.slurm.runner import CommandRunner
+
+__all__ = [
+    "HealthProbe", "quick_health", "Capacity", "partition_capacity", "gather_evidence", "HEALTH_PROBE_TIMEOUT_S",
+]  # fmt: skip
+
+log = logging.getLogger(__name__)
+
+HEALTH_PROBE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class HealthProbe:
+    health_ok: bool | None
+    reachable: bool | None
+    detail: str
+    seconds: float
+
+
+def health_probe_argv(node: str) -> list[str]:
+    """`nvrx-hpc health --level quick` as a one-task step on `node` (it also proves slurmd answers)."""
+    return [
+        "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--job-name=nvrx-health",
+        "--quiet", "--kill-on-bad-exit=1", sys.executable, "-m", "nvrx_hpc", "health", "--level", "quick", "--json",
+    ]  # fmt: skip
+
+
+def _fatal_detail(stdout: str) -> str:
+    try:
+        report = json.loads(stdout)
+    except ValueError:
+        return stdout.strip()[-300:]
+    bad = [f"{r.get('check')}: {r.get('detail')}" for r in report.get("results", []) if r.get("verdict") == "fatal"]
+    return "; ".join(bad) or f"verdict {report.get('verdict')}"
+
+
+async def quick_health(node: str, env: dict[str, str], timeout: float = HEALTH_PROBE_TIMEOUT_S) -> HealthProbe:
+    """Run the quick health checks on `node`; a step that cannot start there says the node is unreachable."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    proc = await asyncio.create_subprocess_exec(
+        *health_probe_argv(node), env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        return HealthProbe(
+            None, False, f"the health step on {node} did not finish in {timeout:g} s", loop.time() - started
+        )
+    seconds = loop.time() - started
+    text = out.decode(errors="replace")
+    if proc.returncode == 0:
+        return HealthProbe(True, True, "quick health checks passed", seconds)
+    if proc.returncode == int(ExitCode.UNAVAILABLE) and text.lstrip().startswith("{"):
+        return HealthProbe(False, True, _fatal_detail(text), seconds)
+    tail = err.decode(errors="replace").strip()[-300:]
+    return HealthProbe(None, False, f"the health step on {node} exited {proc.returncode}: {tail}", seconds)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    partition: str | None
+    usable: tuple[str, ...]  # nodes of the partition that are up, not drained, not excluded
+    needed: int
+
+    @property
+    def enough(self) -> bool:
+        return len(self.usable) >= self.needed
+
+
+def partition_capacity(
+    backend: SlurmBackend, runner: CommandRunner, partition: str | None, excluded: list[str], needed: int
+) -> Capacity:
+    """The partition's nodes a requeued job could still get. Raises NvrxError when Slurm cannot say."""
+    argv = ["sinfo", "--noheader", "--Node", "--format=%N"]
+    if partition:
+        argv.insert(1, f"--partition={partition}")
+    members = set(runner.run(argv, timeout=15).stdout.split())
+    nodes = [n for n in backend.list_nodes() if n.name in members]
+    usable = tuple(sorted(n.name for n in nodes if n.usable and n.name not in excluded))
+    return Capacity(partition, usable, needed)
+
+
+def node_responding(backend: SlurmBackend, node: str) -> bool | None:
+    """Slurm's word: False when the node is down or not responding, None when Slurm cannot say."""
+    try:
+        info = backend.node(node)
+    except NvrxError:
+        return None
+    return not (info.down or not info.responding)
+
+
+async def gather_evidence(
+    attempt: Attempt, verdict: Any, backend: SlurmBackend, env: dict[str, str], events: EventLog
+) -> NodeEvidence:
+    """What is known about the culprit node: for a crash, an exit or a hang a quick health check there
+    (`launcher.node.health_check`), Slurm's word on it, and attribution's verdict."""
+    node = attempt.culprit_node
+    probe = None
+    if attempt.finding in ("exited", "hung", "srun"):  # a software fault unless the node says otherwise
+        probe = await quick_health(node, env)
+        events.emit("launcher.node.health_check", node=node, ok=probe.health_ok, reachable=probe.reachable,
+                    reason=probe.detail, seconds=round(probe.seconds, 2))  # fmt: skip
+    reachable = probe.reachable if probe is not None else None
+    if reachable is not False and node_responding(backend, node) is False:
+        reachable = False
+    return NodeEvidence(
+        node=node, finding=attempt.finding, reason=attempt.reason,
+        health_ok=probe.health_ok if probe else None, health_detail=probe.detail if probe else "",
+        reachable=reachable,
+        verdict_action=verdict.action.value if verdict is not None else None,
+        verdict_nodes=tuple(verdict.culprit.nodes) if verdict is not None else (),
+        verdict_category=verdict.category.value if verdict is not None else None,
+    )  # fmt: skip
