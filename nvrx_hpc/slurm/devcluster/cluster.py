@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from nvrx_hpc.core.errors import ClusterError, SlurmError
 from nvrx_hpc.slurm.api import NodeInfo
 from nvrx_hpc.slurm.cli_backend import CliBackend
+from nvrx_hpc.slurm.devcluster.account import JOB_USER, ensure_job_account, find_job_account
 from nvrx_hpc.slurm.devcluster.files import (
     client_env,
     config_fingerprint,
@@ -107,6 +108,7 @@ class DevCluster:
         with another spec is an error (stop it first); a half-running one is restarted.
         """
         self._check_installed()
+        ensure_job_account()  # jobs of an ordinary user, as on a real cluster (root only; idempotent)
         ensure_munge(self.runner, self.manifest)
         previous = read_spec(self.layout)
         if self._alive_daemons():
@@ -188,7 +190,8 @@ class DevCluster:
         if not stop_munge:
             procs = [p for p in procs if p.name != "munged"]
         if any(p.name == "slurmctld" and is_alive(p) for p in procs):
-            self.runner.run(["scancel", "--full", "--user", self._user()], timeout=10, check=False)
+            for user in {self._user(), *([JOB_USER] if find_job_account() else [])}:
+                self.runner.run(["scancel", "--full", "--user", user], timeout=10, check=False)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 # Without --states squeue lists only pending, running and completing jobs.
