@@ -28,6 +28,7 @@ import psutil
 
 from nvrx_hpc.core.config import NvrxConfig, load_config
 from nvrx_hpc.core.errors import NvrxError
+from nvrx_hpc.core.safedir import job_dir
 
 __all__ = ["SiteAgentFiles", "start_site_agent", "stop_site_agent", "attach", "ATTACH_WAIT_S"]
 
@@ -67,20 +68,6 @@ def _job_identity(env: dict[str, str]) -> tuple[str, str, int, int]:
     return job, node, uid, gid
 
 
-def _owned_dir(path: Path, owners: set[int], mode: int) -> None:
-    """Create `path` (mode) or accept it only as a real directory owned by one of `owners` with exactly `mode`."""
-    try:
-        path.mkdir(mode=mode)
-        os.chmod(path, mode, follow_symlinks=False)
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in owners or stat.S_IMODE(st.st_mode) != mode:
-        raise NvrxError(f"refusing {path}: expected a directory of uid {sorted(owners)} with mode {mode:o}, "
-                        f"found {stat.filemode(st.st_mode)} uid {st.st_uid}",
-                        hint="someone else created it first; remove it (as root) and rerun")  # fmt: skip
-
-
 def record_dir_ready(directory: Path) -> None:
     """Create the record directory (0755, ours); refuse one that another user owns or may write."""
     directory.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
@@ -94,18 +81,18 @@ def record_dir_ready(directory: Path) -> None:
                         f"uid {st.st_uid}; it must be a directory that only uid {os.geteuid()} writes")  # fmt: skip
 
 
-def _make_socket_dir(directory: Path, job: str, uid: int, gid: int) -> None:
-    if job not in directory.name:  # a site directory: the site made it usable for jobs
-        return
-    parent = directory.parent
-    parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    st = os.lstat(parent)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise NvrxError(f"refusing to create the job's socket directory under {parent}: others may write there",
-                        hint="point agent.socket's job directory at a root-owned parent such as /run/nvrx")
-    _owned_dir(directory, {os.geteuid(), uid}, 0o700)  # ours: only we write the parent (another vnode's Prolog)
-    if os.geteuid() == 0:
-        os.chown(directory, uid, gid, follow_symlinks=False)
+def _make_job_dirs(files: SiteAgentFiles, config: NvrxConfig, job: str, node: str, uid: int, gid: int) -> None:
+    """The job's socket directory (when its name holds the job id) and burst buffer: fresh, 0700, the user's."""
+    if _per_job(config.agent.socket, parent=True):  # otherwise a site directory the site made usable for jobs
+        job_dir(files.socket.parent, uid, gid)
+    if _per_job(config.agent.bb_dir, parent=False):
+        job_dir(Path(config.agent.bb_path(job, node)), uid, gid)
+
+
+def _per_job(template: str, parent: bool) -> bool:
+    """Whether the template's last directory (of the socket: its parent) is named after the job (%j)."""
+    path = Path(template)
+    return "%j" in (path.parent.name if parent else path.name)
 
 
 def _open_log(path: Path, gid: int) -> int:
@@ -133,7 +120,7 @@ def start_site_agent(env: dict[str, str], config: NvrxConfig) -> dict[str, Any]:
     job, node, uid, gid = _job_identity(env)
     files = SiteAgentFiles.of(config, job, node)
     record_dir_ready(files.pid_file.parent)
-    _make_socket_dir(files.socket.parent, job, uid, gid)
+    _make_job_dirs(files, config, job, node, uid, gid)
     argv = [sys.executable, "-m", "nvrx_hpc", "agent", "--site", "--socket", str(files.socket), "--node", node]
     agent_env = {k: env[k] for k in _KEEP_ENV if k in env}
     agent_env.update({k: v for k, v in env.items() if k.startswith("NVRX_")})
@@ -228,7 +215,7 @@ def stop_site_agent(env: dict[str, str], config: NvrxConfig) -> dict[str, Any] |
             path.unlink()  # unlink never follows a symlink
         except (FileNotFoundError, IsADirectoryError, PermissionError):
             pass
-    if job in files.socket.parent.name:
+    if _per_job(config.agent.socket, parent=True):
         try:
             files.socket.parent.rmdir()  # only once every node's files are gone (it may be shared)
         except OSError:
