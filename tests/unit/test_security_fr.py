@@ -53,3 +53,15 @@ def test_a_malformed_dump_fails_inside_attribution_error(tmp_path, content):
         load_dump(path)
     except AttributionError:
         pass  # refused with the module's own error; a tolerant parse of what is there is fine too
+
+
+def test_report_md_quotes_log_text_inertly():
+    from nvrx_hpc.attribution.render import to_markdown
+
+    hostile = "</td><img src=x onerror=alert(1)> `| evil` & <!-- x"
+    report = {"category": "application", "root_cause": hostile, "culprit": {"nodes": [], "ranks": [], "gpus": []},
+              "restartable": False, "confidence": 0.5, "timeline": [], "errors": [{"source": hostile, "error": "x"}],
+              "evidence": [{"source": "a", "text": hostile, "line": 1, "role": "root"}]}  # fmt: skip
+    md = to_markdown(report)
+    assert "<" not in md.replace("<!--", "") and "<!--" not in md and "`" not in md
+    assert md.count("&lt;img src=x onerror=alert(1)&gt;") == 3 and "\\| evil" in md
