@@ -13,10 +13,9 @@ import pytest
 
 from nvrx_hpc.agent.site import _open_log, _write_record, record_dir_ready
 from nvrx_hpc.ckpt import key as ckpt_key
-from nvrx_hpc.ckpt.fsutil import commit_file
-from nvrx_hpc.ckpt.manifest import Manifest, ShardRecord, write_manifest
+from nvrx_hpc.ckpt.api import version_name
 from nvrx_hpc.cli.hooks import _append
-from nvrx_hpc.core.safedir import job_dir, private_dir
+from nvrx_hpc.core.safedir import job_dir
 from nvrx_hpc.core.wire import new_token, save_token
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
@@ -52,9 +51,7 @@ def _make(ident: str, tmp: Path, monkeypatch) -> tuple[Path, int]:
         return tmp / "a.log", me
     if ident in ("socket-job-dir", "bb-job-dir"):
         return job_dir(tmp / "run" / "42", USER, USER), USER
-    if ident in ("user-socket-dir", "version-dir"):
-        return private_dir(tmp / "nvrx-0-42"), me
-    if ident == "agent-socket":
+    if ident in ("agent-socket", "user-socket-dir"):
         from nvrx_hpc.agent.server import RankSocketServer
 
         server = RankSocketServer(tmp / "s" / "a.sock", None, print, print, print)
@@ -68,20 +65,20 @@ def _make(ident: str, tmp: Path, monkeypatch) -> tuple[Path, int]:
         asyncio.run(start())
         (tmp / "s" / "a.sock").touch()
         os.chmod(tmp / "s" / "a.sock", stat.S_IMODE(mode[0]))  # what it was while listening
-        return tmp / "s" / "a.sock", me
-    if ident in ("manifest", "ckpt-key", "ckpt-key-dir"):
+        return tmp / "s" / ("a.sock" if ident == "agent-socket" else ""), me
+    if ident in ("version-dir", "shard", "manifest", "ckpt-key", "ckpt-key-dir"):
+        import torch
+
+        from nvrx_hpc.ckpt import AsyncCheckpointer
+
         monkeypatch.setenv("NVRX_CKPT_KEY_FILE", str(tmp / "keys" / "ckpt.key"))
         ckpt_key._load.cache_clear()
-        (tmp / "v1").mkdir()
-        write_manifest(tmp / "v1", Manifest(step=1, world_size=1, scheme="none",
-                                            shards=(ShardRecord(0, "n1", 1, 1, 1, "0" * 16),)))  # fmt: skip
+        with AsyncCheckpointer(tmp / "bb" / "{domain}", None, scheme="none", comm="local", failure_domain="n1") as ck:
+            assert ck.save({"w": torch.ones(8)}, 1).wait().committed
         ckpt_key._load.cache_clear()
-        return {"manifest": tmp / "v1" / "MANIFEST.json", "ckpt-key": tmp / "keys" / "ckpt.key",
-                "ckpt-key-dir": tmp / "keys"}[ident], me  # fmt: skip
-    if ident == "shard":
-        (tmp / "shard.tmp").write_bytes(b"x")
-        commit_file(tmp / "shard.tmp", tmp / "shard-r00000.h5")
-        return tmp / "shard-r00000.h5", me
+        vdir = tmp / "bb" / "n1" / version_name(1)
+        return {"version-dir": vdir, "shard": vdir / "shard-r00000.h5", "manifest": vdir / "MANIFEST.json",
+                "ckpt-key": tmp / "keys" / "ckpt.key", "ckpt-key-dir": tmp / "keys"}[ident], me  # fmt: skip
     if ident == "token":
         save_token(tmp / "token", new_token())
         return tmp / "token", me
