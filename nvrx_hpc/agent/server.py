@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -91,7 +92,10 @@ class RankSocketServer:
     async def start(self) -> None:
         parent = self.path.parent
         try:
-            site_dir = os.lstat(parent).st_uid == 0 != os.geteuid()  # the site's (or the Prolog's) directory
+            st = os.lstat(parent)
+            # The site's or the Prolog's directory: root's, and nobody else can rename what we put there.
+            site_dir = stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and (
+                bool(st.st_mode & stat.S_ISVTX) or not st.st_mode & 0o022)  # fmt: skip
         except FileNotFoundError:
             site_dir = False
         if not site_dir:
