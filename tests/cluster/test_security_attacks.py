@@ -237,7 +237,7 @@ def test_a_flood_and_a_replayed_hello_at_the_hub_change_nothing(cluster):
         assert "REPLAY-CLOSED" in done.stdout, done.stdout
         assert "n1" not in hub.agents and hub.rejected > 0
         assert hub._connections <= PREAUTH_PER_SOURCE + 1
-        call(real_agent("n2"))  # a real agent still gets in once the flood is gone
+        _frame, kept = call(real_agent("n2"))  # a real agent still gets in once the flood is gone
         assert call(hub.wait_for_agents(["n2"], 20)) == []
         _assert_no_drain(cluster)
     finally:
@@ -246,14 +246,11 @@ def test_a_flood_and_a_replayed_hello_at_the_hub_change_nothing(cluster):
         thread.join(5)
 
 
-def test_a_forged_checkpoint_version_is_not_restored(cluster, tmp_path):
-    """nvrxjob plants a newer version (an unkeyed manifest and a shard) in a directory root's job reads: root's
-    `nvrx-hpc ckpt ls` does not count it as committed."""
+def test_a_forged_checkpoint_version_is_not_restored(cluster):
+    """nvrxjob plants a newer version (a manifest with its own key, a bogus shard) in a directory root's job
+    reads: root's `nvrx-hpc ckpt ls` does not count it as committed, and root's own version still counts."""
     account = job_account()
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o1777)
-    os.chmod(tmp_path, 0o755)
+    shared = user_dir(account, "shared")
     forge = f"""
 import json, os, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
