@@ -40,6 +40,9 @@ def client_env(layout: Layout) -> dict[str, str]:
         "NVRX_CLUSTER__STATE_DIR": str(layout.root),
         "NVRX_AGENT__SOCKET": agent_socket_template(layout),  # where site agents listen (site mode)
         "NVRX_AGENT__RECORD_DIR": str(layout.agent_records),  # root's pid records of site agents
+        # User-mode agents check the same per-node burst buffers as the Prolog (bb/nK is 1777; /dev/shm/nvrx,
+        # the default, may belong to root and refuse another user's job).
+        "NVRX_AGENT__BB_DIR": f"{layout.root}/bb/%n/%j",
     }
 
 
