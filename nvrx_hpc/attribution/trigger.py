@@ -34,7 +34,7 @@ from pathlib import Path
 
 from nvrx_hpc.attribution.settings import AttributionSettings, load_settings
 
-__all__ = ["trigger_from_epilog", "job_failed", "find_run_dir", "take_lock", "LOG_NAME"]
+__all__ = ["trigger_from_epilog", "run_here", "job_failed", "find_run_dir", "take_lock", "LOG_NAME"]
 
 log = logging.getLogger(__name__)
 LOG_NAME = ".attribution.log"
