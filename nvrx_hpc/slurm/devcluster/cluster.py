@@ -133,6 +133,15 @@ class DevCluster:
         # Job ids restart at 1 with a wiped state dir; that is fine for a throwaway cluster.
         for stale in (self.layout.state, self.layout.root / "spool", self.layout.root / "pmix"):
             shutil.rmtree(stale, ignore_errors=True)
+        # Job ids restart at 1, so per-job directories of an earlier start (another user's, perhaps) would be
+        # taken for the new jobs' own: the Prolog rightly refuses a burst buffer someone else made.
+        for per_node in (self.layout.root / "bb", self.layout.root / "run"):
+            for job_dir in per_node.glob("*/*"):
+                if job_dir.is_dir() and not job_dir.is_symlink():
+                    shutil.rmtree(job_dir, ignore_errors=True)
+                else:
+                    job_dir.unlink(missing_ok=True)
+        shutil.rmtree(self.layout.agent_records, ignore_errors=True)
         # Job ids restart at 1, so per-job records of an earlier start would be mistaken for new ones.
         for per_job in ("hooks.jsonl", "jobcomp.log"):
             old = self.layout.log / per_job
