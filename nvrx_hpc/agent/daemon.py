@@ -50,6 +50,9 @@ class AgentSettings:
     metrics_port: int | None = None
 
 
+_CHALLENGE_WAIT_S = 20.0  # the launcher's la.challenge after connecting
+
+
 class Agent:
     def __init__(self, settings: AgentSettings) -> None:
         self.s = settings
@@ -336,7 +339,11 @@ class Agent:
                 await self.server.close()
                 return 0
         reader, self._writer = await self._connect()
-        self._report("ag.hello", pid=os.getpid(), socket=str(self.s.socket_path))
+        challenge = await read_message(reader, self.codec, timeout=_CHALLENGE_WAIT_S)  # the launcher speaks first
+        if challenge is None or challenge.get("type") != "la.challenge" or not isinstance(challenge.get("nonce"), str):
+            got = challenge.get("type") if challenge else None
+            raise ProtocolError(f"the launcher did not open with a challenge (got {got!r})")
+        self._report("ag.hello", pid=os.getpid(), socket=str(self.s.socket_path), nonce=challenge["nonce"])
         loop = asyncio.get_running_loop()
         monitor, metrics_server = self._start_health(loop)
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -15,12 +15,14 @@ import json
 import logging
 import os
 import socket
+import stat
 import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from nvrx_hpc.core.errors import ProtocolError
+from nvrx_hpc.core.safedir import private_dir
 from nvrx_hpc.core.wire import Codec, FrameReader
 from nvrx_hpc.slurm.spank_messages import MAX_LINE_BYTES, parse_spank_line
 
@@ -88,7 +90,16 @@ class RankSocketServer:
         self.rejected = 0
 
     async def start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        parent = self.path.parent
+        try:
+            st = os.lstat(parent)
+            # The site's or the Prolog's directory: root's, and nobody else can rename what we put there.
+            site_dir = stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and (
+                bool(st.st_mode & stat.S_ISVTX) or not st.st_mode & 0o022)  # fmt: skip
+        except FileNotFoundError:
+            site_dir = False
+        if not site_dir:
+            private_dir(parent, ProtocolError)  # user mode's /tmp/nvrx-<uid>-<job>: ours and 0700, or refused
         if self.path.is_socket():
             self.path.unlink()
         old_umask = os.umask(0o177)  # the socket is born 0600: no window where others could connect

@@ -3,7 +3,10 @@ into plain frozen dataclasses, through an unpickler that refuses every class: on
 tuples, strings, bytes, numbers, booleans and None can come out of it, and nothing is ever called.
 
 A file that is not a dump, is truncated or holds anything but plain data raises `AttributionError`
-naming the file; callers record it and go on with the other ranks.
+naming the file; callers record it and go on with the other ranks. The work is bounded for any input:
+a pickle may reference one container from many places (a few hundred bytes can describe a tree of
+billions of nodes), so the loaded data is counted as the tree it stands for, up to `_NODES_PER_BYTE`
+nodes per byte of file, before anything walks it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ __all__ = [
 
 SUPPORTED_MINOR = range(3, 11)  # 2.3 .. 2.10
 MAX_DUMP_BYTES = 512 * 1024 * 1024
+_NODES_PER_BYTE = 4  # a real dump's tree is smaller than its file; a shared-structure bomb is not
+_NODES_SLACK = 10_000
+_MALFORMED = (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError, MemoryError, OverflowError)
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.(?:pkl|pickle|json|bin|dump))?$")
 _RANK_WORD = re.compile(r"rank[-_]?(\d+)")  # the worker's `rank-3.restart-1.pkl`: the rank, not the restart
 
@@ -130,7 +136,7 @@ def _ranks_text(text: str) -> tuple[int, ...]:
             else:
                 value = ast.literal_eval(body)
                 found = tuple(int(r) for r in value) if isinstance(value, (list, tuple)) else ()
-        except (ValueError, SyntaxError, TypeError):
+        except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
             found = ()
         if len(_RANKS_CACHE) < 100_000:
             _RANKS_CACHE[text] = found
@@ -179,12 +185,37 @@ def _entry(raw: dict) -> FREntry:
     )
 
 
+def _check_tree_size(data: Any, budget: int, source: str) -> None:
+    """Count `data` as a tree (a shared container once per reference) and refuse it past `budget` nodes."""
+    stack, seen = [data], 0
+    while stack:
+        obj = stack.pop()
+        seen += 1
+        if seen > budget:
+            raise AttributionError(f"{source}: the dump describes more than {budget} values; refused as hostile",
+                                   hint="a real dump is never larger unpacked than a few times its file")
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+
+
 def parse_dump(data: Any, source: str, rank: int) -> FRDump:
     """Validate a decoded dump (a dict) and normalise it (pg_status strings to ints, lists to tuples).
 
     Raises:
-        AttributionError: not a flight-recorder dump, or a version outside 2.x.
+        AttributionError: not a flight-recorder dump, a version outside 2.x, or malformed inside.
     """
+    try:
+        return _parse_dump(data, source, rank)
+    except AttributionError:
+        raise
+    except _MALFORMED as exc:
+        raise AttributionError(f"{source}: malformed dump ({type(exc).__name__}: {exc})") from None
+
+
+def _parse_dump(data: Any, source: str, rank: int) -> FRDump:
     if not isinstance(data, dict) or "version" not in data:
         raise AttributionError(f"{source}: not a flight-recorder dump (no 'version' key at the top)")
     version = str(data["version"])
@@ -209,10 +240,7 @@ def parse_dump(data: Any, source: str, rank: int) -> FRDump:
                 _int(st.get("last_started_collective")),
                 _int(st.get("last_completed_collective")),
             )
-    try:
-        parsed = tuple(_entry(e) for e in entries)
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise AttributionError(f"{source}: malformed entry: {exc}") from None
+    parsed = tuple(_entry(e) for e in entries)
     return FRDump(rank=rank, source=source, version=version, pg_config=config, pg_status=status, entries=parsed)
 
 
@@ -240,18 +268,20 @@ def load_dump(path: Path, source: str | None = None, rank: int | None = None) ->
     if head == b"{":
         try:
             data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise AttributionError(f"{source}: truncated or invalid JSON dump: {exc}") from None
+        except (UnicodeDecodeError, RecursionError, MemoryError, ValueError) as exc:
+            raise AttributionError(f"{source}: truncated or invalid JSON dump: {type(exc).__name__}: {exc}") from None
     elif raw[:1] == b"\x80":
         try:
             data = restricted_loads(raw)
         except pickle.UnpicklingError as exc:
             what = "refused" if "refused" in str(exc) else "corrupt pickle"
             raise AttributionError(f"{source}: {what}: {exc}") from None
-        except (EOFError, ValueError, IndexError, TypeError, MemoryError, RecursionError) as exc:
+        except (EOFError, ValueError, IndexError, TypeError, KeyError, MemoryError, RecursionError, OverflowError,
+                AttributeError) as exc:
             raise AttributionError(
                 f"{source}: truncated or corrupt pickle ({type(exc).__name__}: {exc or 'data ended early'})"
             ) from None
     else:
         raise AttributionError(f"{source}: neither a pickled nor a JSON flight-recorder dump")
+    _check_tree_size(data, _NODES_PER_BYTE * len(raw) + _NODES_SLACK, source)
     return parse_dump(data, source, rank)

@@ -57,6 +57,9 @@ class _Budget:
         self.seconds = seconds
 
     def _fire(self, _sig: int, _frame: Any) -> None:
+        # Fire again every 0.2 s from now on: a reader that catches the first error and moves on to the next
+        # file must not get the rest of the run for free.
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
         raise AttributionError(f"the analysis ran past its budget of {self.seconds:g} s")
 
     def __enter__(self) -> _Budget:
@@ -72,13 +75,14 @@ class _Budget:
 
 
 def _chown_like(paths: Sequence[Path], directory: Path) -> None:
-    """Give files written as root (by the Epilog) to the owner of the run directory."""
+    """Give files written as root (`nvrx-hpc attribute` run by hand) to the owner of the run directory; a file
+    swapped for a symlink meanwhile is not followed (the Epilog itself never writes as root)."""
     if os.geteuid() != 0:
         return
     st = directory.stat()
     for p in paths:
         try:
-            os.chown(p, st.st_uid, st.st_gid)
+            os.chown(p, st.st_uid, st.st_gid, follow_symlinks=False)
         except OSError as exc:
             log.info("cannot chown %s: %s", p, exc)
 

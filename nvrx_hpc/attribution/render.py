@@ -33,8 +33,12 @@ def _when(t: float | None) -> str:
     return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t is not None else "-"
 
 
+_MD_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "`": "&#96;", "|": "\\|", "\n": " ", "\r": " "})
+
+
 def _md_cell(value: Any) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    """Quoted text (log lines, paths) as inert Markdown: no raw HTML, no code span or table cell to break out of."""
+    return str(value).translate(_MD_ESCAPES)
 
 
 def to_markdown(report: Mapping[str, Any]) -> str:
@@ -44,7 +48,7 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     lines = [
         f"# Failure report for job {report.get('job_id') or '?'}",
         "",
-        f"**{report['category']}** — {report['root_cause']}",
+        f"**{report['category']}** — {_md_cell(report['root_cause'])}",
         "",
         f"- culprit nodes: {', '.join(c['nodes']) or '-'}",
         f"- culprit ranks: {', '.join(str(r) for r in c['ranks']) or '-'}",
@@ -60,19 +64,20 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     ]
     for e in report.get("evidence", []):
         where = e.get("line", e.get("entry", ""))
-        lines.append(f"| {e.get('role', '')} | {_md_cell(e['source'])} | {where} | `{_md_cell(e['text'][:200])}` |")
+        lines.append(f"| {e.get('role', '')} | {_md_cell(e['source'])} | {where} | {_md_cell(e['text'][:200])} |")
     if report.get("cascade"):
         lines += ["", "## Cascade", "", "| signature | lines | ranks | nodes |", "|---|---|---|---|"]
         for k in report["cascade"]:
             ranks = ", ".join(str(r) for r in k["ranks"][:12]) + (" ..." if len(k["ranks"]) > 12 else "")
-            lines.append(f"| {k['signature']} | {k['count']} | {ranks or '-'} | {', '.join(k['nodes'][:8]) or '-'} |")
+            nodes = ", ".join(k["nodes"][:8]) or "-"
+            lines.append(f"| {_md_cell(k['signature'])} | {k['count']} | {ranks or '-'} | {nodes} |")
     fr = report.get("flight_recorder")
     if fr and fr.get("findings"):
         lines += ["", "## Flight recorder", ""]
         lines += [f"- group {f['pg']} ({f['desc'] or '-'}): {f['op']} #{f['seq']}, never joined "
                   f"{f['never_joined'] or '-'}, behind {f['behind'] or '-'}, no dump {f['missing_dumps'] or '-'}"
                   + (f", mismatch {f['mismatch']['type']} at #{f['mismatch']['seq']}" if f.get("mismatch") else "")
-                  + "".join(f"; {p['detail']}" for p in (f.get("p2p") or [])[:4])
+                  + "".join(f"; {_md_cell(p['detail'])}" for p in (f.get("p2p") or [])[:4])
                   for f in fr["findings"]]  # fmt: skip
     if report.get("timeline"):
         lines += ["", "## Timeline", "", "| time | kind | node | rank | detail |", "|---|---|---|---|---|"]
@@ -83,7 +88,7 @@ def to_markdown(report: Mapping[str, Any]) -> str:
             )
     if report.get("errors"):
         lines += ["", "## Inputs that could not be read", ""]
-        lines += [f"- `{_md_cell(e['source'])}`: {_md_cell(e['error'])}" for e in report["errors"]]
+        lines += [f"- {_md_cell(e['source'])}: {_md_cell(e['error'])}" for e in report["errors"]]
     return "\n".join(lines) + "\n"
 
 

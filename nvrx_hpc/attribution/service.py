@@ -94,15 +94,18 @@ def create_app(settings: AttributionSettings, store: ReportStore, *, token: str 
             chunks.append(chunk)
         try:
             data = json.loads(b"".join(chunks) or b"null")
-        except ValueError as exc:
-            raise HTTPException(400, f"body is not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested deeper than Python recurses
+            raise HTTPException(400, f"body is not JSON: {type(exc).__name__}") from None
         if not isinstance(data, dict):
             raise HTTPException(422, "a report is a JSON object")
-        if data.get("category") not in _CATEGORIES:
+        if not isinstance(data.get("category"), str) or data["category"] not in _CATEGORIES:
             raise HTTPException(422, f"category must be one of {sorted(_CATEGORIES)}")
         culprit = data.get("culprit", {})
-        if not isinstance(culprit, dict) or not all(isinstance(n, str) for n in culprit.get("nodes", [])):
+        nodes = culprit.get("nodes", []) if isinstance(culprit, dict) else None
+        if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
             raise HTTPException(422, "culprit.nodes must be a list of node names")
+        if not isinstance(data.get("job_id"), (str, int, type(None))):
+            raise HTTPException(422, "job_id must be a string")
         return data
 
     @app.get("/healthz")

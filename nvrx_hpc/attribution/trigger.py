@@ -4,7 +4,13 @@
 returns within a second or so and never raises: it decides from the Epilog's environment whether
 the job failed, finds the run directory, lets exactly one node win a per-job lock file there, and
 starts `python -m nvrx_hpc attribute RUN_DIR --epilog` in its own session, so that slurmd neither
-waits for it nor kills it with the Epilog. The analysis keeps to `epilog_budget_s` itself.
+waits for it nor kills it with the Epilog. The analysis keeps to `epilog_budget_s` itself, and is killed
+`_HARD_MARGIN_S` after it.
+
+Root never opens the run directory: it is on storage the job's user writes. The Epilog (root) only
+decides from its environment whether the job failed, then starts `python -m nvrx_hpc.attribution.trigger`
+as the job's user (initgroups, setgid, setuid in the child) and returns; that child finds the directory,
+takes the lock and opens the log with O_NOFOLLOW, with nothing more than the user's own rights.
 
 Where the run directory comes from, first hit wins: `NVRX_RUN_DIR`, `SPANK_NVRX_RUN_DIR` (what the
 SPANK plugin can pass through the job-control environment), `SLURM_JOB_WORK_DIR` (newer Slurm), and
@@ -17,17 +23,22 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pwd
 import socket
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["trigger_from_epilog", "job_failed", "find_run_dir", "take_lock", "LOG_NAME"]
+from nvrx_hpc.attribution.settings import AttributionSettings, load_settings
+
+__all__ = ["trigger_from_epilog", "run_here", "job_failed", "find_run_dir", "take_lock", "LOG_NAME"]
 
 log = logging.getLogger(__name__)
 LOG_NAME = ".attribution.log"
+_HARD_MARGIN_S = 15.0  # past the budget, the analysis process is killed
 
 
 def _codes(value: str | None) -> list[int]:
@@ -87,10 +98,11 @@ def find_run_dir(env: Mapping[str, str], job_id: str, *, slurm_timeout: float = 
 
 
 def take_lock(run_dir: Path, restart: str, node: str) -> bool:
-    """Create `.attribution-<restart>.lock` exclusively; True for the one caller that created it."""
+    """Create `.attribution-<restart>.lock` exclusively (never through a symlink); True for the one caller that
+    created it."""
     lock = run_dir / f".attribution-{restart}.lock"
     try:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
     except FileExistsError:
         return False
     with os.fdopen(fd, "w") as out:
@@ -98,25 +110,91 @@ def take_lock(run_dir: Path, restart: str, node: str) -> bool:
     return True
 
 
-def _spawn(run_dir: Path, job_id: str, budget: float, env: Mapping[str, str]) -> int:
-    argv = [sys.executable, "-m", "nvrx_hpc", "attribute", str(run_dir), "--epilog", "--job-id", job_id,
+def _open_log(run_dir: Path) -> int:
+    """The analysis log, appended to; a symlink, FIFO or other non-regular file there is refused (OSError)."""
+    fd = os.open(run_dir / LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{run_dir / LOG_NAME} is not a regular file")
+    return fd
+
+
+def _job_user(env: Mapping[str, str]) -> tuple[int, int, str] | None:
+    """(uid, gid, name) of the job's user from the Epilog's environment; None when it cannot be told."""
+    try:
+        entry = pwd.getpwuid(int(env["SLURM_JOB_UID"]))
+    except (KeyError, ValueError):
+        return None
+    gid = int(env["SLURM_JOB_GID"]) if env.get("SLURM_JOB_GID", "").isdigit() else entry.pw_gid
+    return entry.pw_uid, gid, entry.pw_name
+
+
+def _analysis_argv(run_dir: Path, job_id: str, budget: float) -> list[str]:
+    return [sys.executable, "-m", "nvrx_hpc", "attribute", str(run_dir), "--epilog", "--job-id", job_id,
             "--budget-s", f"{budget:g}"]  # fmt: skip
+
+
+def _child_env(env: Mapping[str, str]) -> dict[str, str]:
     child_env = dict(os.environ)
     child_env.update({k: v for k, v in env.items() if isinstance(v, str)})
-    with open(run_dir / LOG_NAME, "ab") as out:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=child_env,
-            start_new_session=True, close_fds=True, cwd="/",
-        )  # fmt: skip
+    return child_env
+
+
+def _spawn_detached(env: Mapping[str, str], user: tuple[int, int, str] | None) -> int:
+    """Start `python -m nvrx_hpc.attribution.trigger` detached; with `user`, as that user (initgroups, setgid,
+    setuid in the child): everything that touches the run directory happens there, never as root."""
+    creds: dict = {}
+    if user is not None:
+        uid, gid, name = user
+        creds = {"user": uid, "group": gid, "extra_groups": os.getgrouplist(name, gid)}
+    proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module, argv list
+        [sys.executable, "-m", "nvrx_hpc.attribution.trigger"], stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_child_env(env), start_new_session=True,
+        close_fds=True, cwd="/", **creds,
+    )  # fmt: skip
     return proc.pid
 
 
+def run_here(env: Mapping[str, str], settings: AttributionSettings) -> int | None:
+    """Find the run directory, take the lock, run the analysis under a hard wall-clock bound. Runs as the
+    job's user (or as root only for root's own jobs). Returns the analysis' exit code, None if none ran."""
+    job_id = env.get("SLURM_JOB_ID", "?")
+    run_dir = find_run_dir(env, job_id, slurm_timeout=settings.epilog_slurm_timeout_s)
+    if run_dir is None:
+        log.info("[job %s] no nvrx run directory; no attribution", job_id)
+        return None
+    node = env.get("SLURMD_NODENAME") or socket.gethostname()
+    restart = env.get("SLURM_JOB_RESTART_COUNT") or env.get("SLURM_RESTART_COUNT") or "0"
+    if not take_lock(run_dir, restart, node):
+        log.debug("[job %s] another node runs the attribution", job_id)
+        return None
+    try:
+        fd = _open_log(run_dir)
+    except OSError as exc:  # a planted symlink or FIFO: analyse anyway, without the log
+        log.warning("[job %s] not writing the analysis log: %s", job_id, exc)
+        fd = os.open(os.devnull, os.O_WRONLY)
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module, argv list
+            _analysis_argv(run_dir, job_id, settings.epilog_budget_s), stdin=subprocess.DEVNULL, stdout=fd,
+            stderr=fd, env=_child_env(env), close_fds=True, cwd="/",
+        )  # fmt: skip
+    finally:
+        os.close(fd)
+    try:  # the analysis keeps to its budget itself; this bound holds even if it does not
+        return proc.wait(settings.epilog_budget_s + _HARD_MARGIN_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
 def trigger_from_epilog(env: Mapping[str, str]) -> None:
-    """Start the attribution of a failed job, once per job and detached. Never raises."""
+    """Start the attribution of a failed job, once per job and detached. Never raises.
+
+    As root (a real Epilog), only the decision is taken here; the run directory is looked at by a detached
+    child that has dropped to the job's user first. A job whose user cannot be told is not analysed.
+    """
     job_id = env.get("SLURM_JOB_ID", "?")
     try:
-        from nvrx_hpc.attribution.settings import load_settings
-
         settings = load_settings(env)
         if not settings.epilog_enabled or job_id == "?":
             return
@@ -124,16 +202,27 @@ def trigger_from_epilog(env: Mapping[str, str]) -> None:
         if failed is False:
             log.debug("[job %s] ended well; no attribution", job_id)
             return
-        run_dir = find_run_dir(env, job_id, slurm_timeout=settings.epilog_slurm_timeout_s)
-        if run_dir is None:
-            log.info("[job %s] no nvrx run directory; no attribution", job_id)
+        user = _job_user(env)
+        if user is None and os.geteuid() == 0:
+            log.warning("[job %s] no SLURM_JOB_UID in the Epilog's environment; no attribution as root", job_id)
             return
-        node = env.get("SLURMD_NODENAME") or socket.gethostname()
-        restart = env.get("SLURM_JOB_RESTART_COUNT") or env.get("SLURM_RESTART_COUNT") or "0"
-        if not take_lock(run_dir, restart, node):
-            log.debug("[job %s] another node runs the attribution", job_id)
-            return
-        pid = _spawn(run_dir, job_id, settings.epilog_budget_s, env)
-        log.info("[job %s] attribution started on %s (pid %d) for %s", job_id, node, pid, run_dir)
+        as_other = user is not None and os.geteuid() == 0 and user[0] != 0
+        pid = _spawn_detached(env, user if as_other else None)
+        log.info("[job %s] attribution started (pid %d)", job_id, pid)
     except Exception:  # fail open: the Epilog must succeed whatever happens here
         log.exception("[job %s] could not start the attribution", job_id)
+
+
+def main() -> int:
+    """`python -m nvrx_hpc.attribution.trigger`: the detached child (already the job's user)."""
+    env = dict(os.environ)
+    try:
+        run_here(env, load_settings(env))
+    except Exception:  # detached: nobody reads a traceback; the log line says enough
+        log.exception("[job %s] attribution failed", env.get("SLURM_JOB_ID", "?"))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -30,6 +30,7 @@ from nvrx_hpc.ckpt.staging import HostArena
 from nvrx_hpc.ckpt.transport import make_transport
 from nvrx_hpc.ckpt.tree import flatten, load_into
 from nvrx_hpc.core.errors import CheckpointError
+from nvrx_hpc.core.safedir import private_dir
 
 __all__ = ["AsyncCheckpointer", "SaveHandle"]
 
@@ -116,11 +117,7 @@ class AsyncCheckpointer:
         self.settings = settings
         transport = make_transport(comm, settings.chunk_mib << 20)
         bb_root = Path(settings.bb_path())
-        try:
-            bb_root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise CheckpointError(f"cannot create the burst-buffer directory {bb_root}: {exc.strerror or exc}",
-                                  hint="check bb_dir and its permissions") from exc
+        private_dir(bb_root, CheckpointError)  # ours, 0700: never a directory another user made or controls
         domains = [str(d) for d in _gather_plain(transport, settings.failure_domain)]
         layout = Layout(tuple(domains))
         errors = []

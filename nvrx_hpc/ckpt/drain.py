@@ -32,7 +32,7 @@ _COPY_CHUNK = 8 << 20
 
 def copy_file(src: Path, dst: Path, *, bandwidth: float = 0.0, progress: Progress | None = None) -> int:
     """Copy `src` to `dst` crash-consistently, at most `bandwidth` bytes/s (0: no cap); returns the bytes."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = tmp_path(dst)
     total = src.stat().st_size
     buf = bytearray(min(_COPY_CHUNK, max(total, 1)))

@@ -67,6 +67,7 @@ def fsync_dir(path: Path) -> None:
 
 def commit_file(tmp: Path, final: Path) -> None:
     """fsync `tmp`, rename it to `final`, fsync the directory: after this `final` is whole and durable."""
+    os.chmod(tmp, 0o600)  # checkpoints are the user's alone
     fsync_file(tmp)
     os.replace(tmp, final)
     fsync_dir(final.parent)
@@ -76,7 +77,7 @@ def write_atomic(final: Path, data: bytes) -> None:
     """Write a small file crash-consistently (manifests, markers)."""
     tmp = tmp_path(final)
     try:
-        with open(tmp, "wb") as f:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -1,4 +1,7 @@
-"""The commit point: a version's manifest (JSON, self-checksummed, written atomically) and directory scans.
+"""The commit point: a version's manifest (JSON, authenticated, written atomically) and directory scans.
+
+The manifest carries an HMAC-SHA256 with the user's key (`ckpt.key`): a restore never accepts a version
+whose manifest someone without that key wrote or edited.
 
 A version directory `v<step>` holds `shard-rNNNNN.h5` (a rank's own shard), `replica-rNNNNN.h5` (a partner
 copy of another rank's shard), `parity-rNNNNN.h5` (XOR parity), and, once every rank voted valid,
@@ -8,6 +11,8 @@ a version that failed verification at restore, so it is never tried again.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 import re
@@ -17,7 +22,7 @@ from pathlib import Path
 
 from nvrx_hpc.ckpt.api import FORMAT, parse_version_name, version_name
 from nvrx_hpc.ckpt.fsutil import write_atomic
-from nvrx_hpc.ckpt.shardfile import digest
+from nvrx_hpc.ckpt.key import manifest_key
 from nvrx_hpc.core.errors import CheckpointError
 
 __all__ = [
@@ -38,6 +43,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+MAX_MANIFEST_BYTES = 64 << 20  # a manifest lists every rank's shard: far below this even at 100k ranks
 MANIFEST = "MANIFEST.json"
 FAILED = "FAILED.json"
 _FILE = re.compile(r"^(shard|replica|parity)-r(\d{5,})\.h5$")
@@ -105,18 +111,20 @@ class Manifest:
 
     def to_json(self) -> bytes:
         body = asdict(self)
-        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        body["checksum"] = digest(text.encode())
+        body["mac"] = _mac(body)
         return (json.dumps(body, sort_keys=True, indent=1) + "\n").encode()
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> Manifest:
         try:
+            if len(data) > MAX_MANIFEST_BYTES:
+                raise ValueError(f"{len(data)} bytes, more than {MAX_MANIFEST_BYTES}")
             body = json.loads(data)
-            stored = body.pop("checksum")
-            text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-            if digest(text.encode()) != stored:
-                raise ValueError("checksum mismatch")
+            if not isinstance(body, dict):
+                raise ValueError("not a JSON object")
+            stored = body.pop("mac", None)
+            if not isinstance(stored, str) or not hmac.compare_digest(_mac(body), stored):
+                raise ValueError("not authenticated with this user's checkpoint key (written by someone else?)")
             if body.get("format") != FORMAT:
                 raise ValueError(f"format {body.get('format')!r}, expected {FORMAT}")
             return cls(
@@ -131,8 +139,13 @@ class Manifest:
                 created=float(body["created"]),
                 job_id=body.get("job_id"),
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise CheckpointError(f"manifest {where} is not valid: {exc}", hint="that copy is ignored") from None
+
+
+def _mac(body: dict) -> str:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hmac.new(manifest_key(), text.encode(), hashlib.sha256).hexdigest()
 
 
 def write_manifest(version_dir: Path, manifest: Manifest) -> None:
@@ -144,7 +157,8 @@ def read_manifest(version_dir: Path) -> Manifest | None:
     """The manifest in `version_dir`, or None when absent or invalid (logged)."""
     path = version_dir / MANIFEST
     try:
-        return Manifest.from_json(path.read_bytes(), str(path))
+        with open(path, "rb") as f:
+            return Manifest.from_json(f.read(MAX_MANIFEST_BYTES + 1), str(path))
     except FileNotFoundError:
         return None
     except (OSError, CheckpointError) as exc:

@@ -64,7 +64,7 @@ def run_save(ctx: Context, step: int, staged: Staged, stats: SaveStats) -> Manif
     existing = (vdir / MANIFEST).exists()  # a restored version being protected again: never delete its files
     errors: list[str] = []
     try:  # local work first: the first collective comes after the write, when every rank has staged
-        vdir.mkdir(parents=True, exist_ok=True)
+        vdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         ensure_space(vdir, _domain_need(ctx, int(staged.data.nbytes)))
     except (OSError, CheckpointError) as exc:
         errors.append(str(getattr(exc, "message", exc)))

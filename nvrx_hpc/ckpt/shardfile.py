@@ -10,6 +10,7 @@ on the partner. A parity file holds one XOR parity chunk and the meta blobs of i
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -40,6 +41,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# What h5py, numpy and a hostile meta table raise on a file that is not what it claims: all become CheckpointError.
+_BAD_FILE = (OSError, KeyError, ValueError, RuntimeError, TypeError, AttributeError, IndexError, OverflowError,
+             MemoryError, RecursionError)
 
 Progress = Callable[[str, int, int], None]
 """progress(phase, done_bytes, total_bytes), called from the checkpointer's thread."""
@@ -180,6 +185,9 @@ def read_shard_file(
             meta = unpack_meta(blob, str(path))
             entries = [TensorEntry.from_wire(t) for t in meta["tensors"]]
             nbytes = int(meta["nbytes"])
+            if not 0 <= nbytes <= 2 * os.path.getsize(path) + (1 << 20):  # bounded work for a hostile table
+                raise CheckpointError(f"{path}: meta says {nbytes} bytes, more than the file can hold",
+                                      hint="the shard is corrupt")
             data = buffer_for(entries, nbytes) if buffer_for else np.empty(nbytes, dtype=np.uint8)
             done = 0
             for i, (e, t) in enumerate(zip(entries, meta["tensors"], strict=True)):
@@ -203,8 +211,8 @@ def read_shard_file(
             return ShardData(meta=meta, blob=blob, entries=entries, data=data)
     except CheckpointError:
         raise
-    except (OSError, KeyError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"cannot read shard {path}: {exc}", hint="the file is missing or corrupt") from exc
+    except _BAD_FILE as exc:
+        raise CheckpointError(f"cannot read shard {path}: {exc!r}", hint="the file is missing or corrupt") from None
 
 
 def write_parity_file(final: Path, *, rank: int, step: int, members: Sequence[int], sizes: Sequence[int],
@@ -242,8 +250,8 @@ def read_parity_file(path: Path, *, expect_checksum: str | None = None) -> Parit
             metas = {int(name): ds[()].tobytes() for name, ds in f["metas"].items()}
     except CheckpointError:
         raise
-    except (OSError, KeyError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"cannot read parity {path}: {exc}", hint="the file is missing or corrupt") from exc
+    except _BAD_FILE as exc:
+        raise CheckpointError(f"cannot read parity {path}: {exc!r}", hint="the file is missing or corrupt") from None
     actual = digest(parity)
     if actual != stored or (expect_checksum is not None and actual != expect_checksum):
         raise CheckpointError(f"{path}: parity checksum {actual} does not match {expect_checksum or stored}",

@@ -52,8 +52,10 @@ def hook_record(kind: str, env: dict[str, str]) -> dict:
 
 
 def _append(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as out:
+    """Root's log: 0640, never through a symlink (its directory is the site's, e.g. /var/log/nvrx-hpc)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    with open(fd, "a", encoding="utf-8") as out:
         out.write(json.dumps(record, sort_keys=True, default=str) + "\n")
 
 

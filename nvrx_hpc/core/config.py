@@ -143,6 +143,9 @@ class AgentConfig(_Section):
         "/run/nvrx/%j/agent-%n.sock", description="Unix socket of the agent; %j job id, %n node name."
     )
     bb_dir: PercentTemplate = Field("/dev/shm/nvrx/%j", description="Node-local burst buffer; %j, %n.")
+    record_dir: AbsolutePath = Field(
+        "/run/nvrx-hpc/agents", description="Root-only directory of the site agents' pid records and logs."
+    )
     heartbeat_timeout_s: Seconds = Field(60.0, description="A rank silent this long after a beat is hung.")
     initial_timeout_s: Seconds = Field(600.0, description="Deadline for a rank's first heartbeat.")
 

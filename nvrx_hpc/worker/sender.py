@@ -15,6 +15,7 @@ import random
 import select
 import signal
 import socket
+import struct
 import threading
 import time
 from typing import Any
@@ -32,6 +33,12 @@ _RECV = 65536
 MAX_BATCH = 2000  # events sent per turn of the loop
 MAX_BACKLOG = 20000  # past this many queued events, fold them (see Sender._take)
 
+
+
+def peer_uid_of(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a connected Unix socket (SO_PEERCRED: pid, uid, gid)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
 
 class Sender(threading.Thread):
     """Daemon thread for one `Client`; see the module docstring."""
@@ -163,9 +170,16 @@ class Sender(threading.Thread):
         sock.settimeout(SEND_TIMEOUT)
         try:
             sock.connect(path)
+            peer_uid = peer_uid_of(sock)
         except OSError as exc:
             sock.close()
             log.debug("[worker rank %s] cannot connect to the agent at %s: %s", self.c.rank, path, exc)
+            self._schedule_retry(now)
+            return
+        if peer_uid not in (os.getuid(), 0):  # someone else listens there: tell it nothing
+            sock.close()
+            self._warn_once("peer", "[worker rank %s] refusing the agent socket %s: it belongs to uid %d, not to "
+                            "this job's user", self.c.rank, path, peer_uid)  # fmt: skip
             self._schedule_retry(now)
             return
         self._sock, self._reader, self._connected_at = sock, FrameReader(self._codec), now

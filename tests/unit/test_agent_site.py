@@ -28,7 +28,8 @@ def prolog_env(tmp_path):
     short = tmp_path
     env = {"SLURM_JOB_ID": "77", "SLURMD_NODENAME": "nx", "SLURM_JOB_UID": str(os.getuid()),
            "SLURM_JOB_GID": str(os.getgid()), "PATH": os.environ["PATH"], "PYTHONPATH": str(REPO),
-           "NVRX_AGENT__SOCKET": f"{short.absolute()}/run/%j/agent-%n.sock"}  # fmt: skip
+           "NVRX_AGENT__SOCKET": f"{short.absolute()}/run/%j/agent-%n.sock",
+           "NVRX_AGENT__RECORD_DIR": f"{short.absolute()}/records"}  # fmt: skip
     yield env, load_config(env=env).config
     stop_site_agent(env, load_config(env=env).config)
 
@@ -103,9 +104,13 @@ def test_the_epilog_never_signals_a_recycled_pid(prolog_env):
     env, config = prolog_env
     files = SiteAgentFiles.of(config, "77", "nx")
     files.socket.parent.mkdir(parents=True)
+    files.pid_file.parent.mkdir(parents=True)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         files.pid_file.write_text(f'{{"pid": {bystander.pid}, "create_time": 1.0, "socket": "x"}}\n')
+        assert stop_site_agent(env, config) == {"pid": bystander.pid, "outcome": "gone", "log_tail": ""}
+        created = psutil.Process(bystander.pid).create_time()  # right start time, but not the job's process
+        files.pid_file.write_text(f'{{"pid": {bystander.pid}, "create_time": {created}, "socket": "x"}}\n')
         assert stop_site_agent(env, config) == {"pid": bystander.pid, "outcome": "gone", "log_tail": ""}
         assert bystander.poll() is None
     finally:

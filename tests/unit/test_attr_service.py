@@ -177,3 +177,16 @@ def test_serve_command(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 30_000 + b"]" * 30_000,  # nested deeper than Python recurses (and under the size limit)
+    json.dumps({**report("host", ["n1"]), "category": ["host"]}).encode(),  # unhashable category
+    json.dumps({**report("host", ["n1"]), "culprit": {"nodes": 5}}).encode(),
+    json.dumps({**report("host", ["n1"]), "culprit": [1]}).encode(),
+    json.dumps({**report("host", ["n1"]), "job_id": {"x": 1}}).encode(),
+])  # fmt: skip
+def test_hostile_service_input_is_a_client_error(svc, body):
+    status, _ = request(f"{svc.url}/v1/reports", body)
+    assert status in (400, 422)
+    assert request(f"{svc.url}/healthz", token=None)[0] == 200

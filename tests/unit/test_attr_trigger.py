@@ -66,6 +66,7 @@ def test_exactly_one_node_wins_the_lock(tmp_path):
 def _epilog_env(run: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NVRX_", "SLURM_"))}
     env.update({"PYTHONPATH": str(REPO), "NVRX_ATTR_CONFIG": "/dev/null", "SLURM_JOB_ID": run.name,
+                "SLURM_JOB_UID": str(os.getuid()),
                 "SLURMD_NODENAME": "n1", "SLURM_JOB_EXIT_CODE2": "1:0", "NVRX_RUN_DIR": str(run)})  # fmt: skip
     env.update(extra)
     return env

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from nvrx_hpc.core.errors import ClusterError, SlurmError
 from nvrx_hpc.slurm.api import NodeInfo
 from nvrx_hpc.slurm.cli_backend import CliBackend
+from nvrx_hpc.slurm.devcluster.account import JOB_USER, ensure_job_account, find_job_account
 from nvrx_hpc.slurm.devcluster.files import (
     client_env,
     config_fingerprint,
@@ -107,6 +108,7 @@ class DevCluster:
         with another spec is an error (stop it first); a half-running one is restarted.
         """
         self._check_installed()
+        ensure_job_account()  # jobs of an ordinary user, as on a real cluster (root only; idempotent)
         ensure_munge(self.runner, self.manifest)
         previous = read_spec(self.layout)
         if self._alive_daemons():
@@ -131,6 +133,15 @@ class DevCluster:
         # Job ids restart at 1 with a wiped state dir; that is fine for a throwaway cluster.
         for stale in (self.layout.state, self.layout.root / "spool", self.layout.root / "pmix"):
             shutil.rmtree(stale, ignore_errors=True)
+        # Job ids restart at 1, so per-job directories of an earlier start (another user's, perhaps) would be
+        # taken for the new jobs' own: the Prolog rightly refuses a burst buffer someone else made.
+        for per_node in (self.layout.root / "bb", self.layout.root / "run"):
+            for job_dir in per_node.glob("*/*"):
+                if job_dir.is_dir() and not job_dir.is_symlink():
+                    shutil.rmtree(job_dir, ignore_errors=True)
+                else:
+                    job_dir.unlink(missing_ok=True)
+        shutil.rmtree(self.layout.agent_records, ignore_errors=True)
         # Job ids restart at 1, so per-job records of an earlier start would be mistaken for new ones.
         for per_job in ("hooks.jsonl", "jobcomp.log"):
             old = self.layout.log / per_job
@@ -188,7 +199,8 @@ class DevCluster:
         if not stop_munge:
             procs = [p for p in procs if p.name != "munged"]
         if any(p.name == "slurmctld" and is_alive(p) for p in procs):
-            self.runner.run(["scancel", "--full", "--user", self._user()], timeout=10, check=False)
+            for user in {self._user(), *([JOB_USER] if find_job_account() else [])}:
+                self.runner.run(["scancel", "--full", "--user", user], timeout=10, check=False)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 # Without --states squeue lists only pending, running and completing jobs.

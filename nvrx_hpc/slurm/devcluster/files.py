@@ -40,6 +40,10 @@ def client_env(layout: Layout) -> dict[str, str]:
         "GLOO_SOCKET_IFNAME": "lo",
         "NVRX_CLUSTER__STATE_DIR": str(layout.root),
         "NVRX_AGENT__SOCKET": agent_socket_template(layout),  # where site agents listen (site mode)
+        "NVRX_AGENT__RECORD_DIR": str(layout.agent_records),  # root's pid records of site agents
+        # User-mode agents check the same per-node burst buffers as the Prolog (bb/nK is 1777; /dev/shm/nvrx,
+        # the default, may belong to root and refuse another user's job).
+        "NVRX_AGENT__BB_DIR": f"{layout.root}/bb/%n/%j",
     }
 
 
@@ -84,6 +88,7 @@ def _hook_wrapper(kind: str, layout: Layout) -> str:
         "NVRX_HEALTH__GPU_BACKEND": "sim",
         "NVRX_AGENT__BB_DIR": str(layout.root / "bb" / "%n" / "%j"),  # the same per-node dirs as plugstack
         "NVRX_AGENT__SOCKET": agent_socket_template(layout),
+        "NVRX_AGENT__RECORD_DIR": str(layout.agent_records),
     }
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return (

@@ -98,6 +98,11 @@ class Layout:
         """Where the node agents of `node` put their sockets (the SPANK plugin's %n)."""
         return self.root / "run" / node
 
+    @property
+    def agent_records(self) -> Path:
+        """Root's pid records and logs of the site agents (agent.record_dir), on every virtual node."""
+        return self.root / "agents"
+
     def burst_buffer(self, node: str) -> Path:
         """The node-local burst buffer of virtual node `node`: wiping it simulates losing the node's disk."""
         return self.root / "bb" / node
