@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -70,12 +71,29 @@ def _space(ctx_action_low: str, where: Path, min_gib: float, what: str) -> Findi
     return None
 
 
+def _site_dir_closed_to_us(path: Path) -> bool:
+    """`path` is an existing directory of root's that this (non-root) user may not write."""
+    if os.geteuid() == 0:
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not os.access(path, os.W_OK)
+
+
 @register("host.burst_buffer", Level.QUICK, "burst-buffer directory writable, with enough free space", gpu=False)
 def host_burst_buffer(ctx: CheckContext) -> Finding:
     policy = ctx.policy.host
     root = bb_root(ctx.bb_dir_template, ctx.node)
     probed, problem = probe_dir(root)
     evidence = {"path": str(root), "probed": str(probed), "template": ctx.bb_dir_template}
+    if problem and _site_dir_closed_to_us(probed):
+        # A user-mode agent (not root) meets the site's own directory (root's, 0755, made by a Prolog): not
+        # writable by this user says nothing about the node, and failing here would exclude a healthy node.
+        free = shutil.disk_usage(probed).free / _GIB
+        return Finding(Verdict.OK, f"{probed} is the site's (root's), not writable by uid {os.geteuid()}; "
+                       f"{free:.1f} GiB free", {**evidence, "free_gib": round(free, 3), "writable": False})
     if problem:
         return Finding(verdict_of(policy.bb_unwritable), f"burst buffer {root}: {problem}", evidence)
     low = _space(policy.bb_low_space, probed, policy.bb_min_free_gib, "burst buffer")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 from _health_helpers import SimNode, policy
@@ -163,3 +165,31 @@ def test_xid_policy_verdicts_and_action_words():
 def test_level_enum_values():
     assert [lv.value for lv in Level] == ["quick", "full"]
     assert os.fspath(DEFAULT_POLICY_FILE).endswith("nvrx_hpc/health/default_policy.toml")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="becoming another user needs root")
+def test_burst_buffer_of_the_site_is_no_fault_for_a_user_mode_agent(sim):
+    """A user-mode agent runs as the job's user; the site's /dev/shm/nvrx (root's, 0755, made by a Prolog)
+    is not writable to it. That is not the node's fault: no fatal finding, so no healthy node is excluded.
+    A root-owned directory root cannot write into is still fatal (checked as root above)."""
+    site = Path(tempfile.mkdtemp(prefix="nvrx-site-bb-", dir="/dev/shm"))
+    try:
+        site.chmod(0o755)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child becomes `nobody` and runs the check as a user-mode agent would
+            try:
+                os.close(read)
+                os.setgid(65534)
+                os.setuid(65534)
+                result = sim.run("host.burst_buffer", bb=str(site / "%j"))
+                os.write(write, json.dumps([result.verdict.value, result.detail]).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            verdict, detail = json.loads(pipe.read())
+        os.waitpid(pid, 0)
+        assert verdict == "ok" and "is the site's (root's), not writable by uid 65534" in detail
+    finally:
+        site.rmdir()
