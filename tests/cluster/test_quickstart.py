@@ -71,7 +71,7 @@ def test_quickstart_train_py_survives_a_killed_rank(cluster, tmp_path):
         events = _events(run_dir)
         kinds = [e.get("kind") for e in events]
         assert info.finished and info.exit_code == 0, f"{info.state} {info.exit_code}\n{text[-3000:]}\n{kinds}"
-        assert "launcher.restart" in kinds and "launcher.node.excluded" in kinds, kinds
+        assert "launcher.restart" in kinds, kinds  # a crash on a healthy node restarts in place (no exclusion)
         steps = "".join(p.read_text() for p in sorted((run_dir / "logs").glob("step-*.log")))  # srun --label
         assert re.search(r"resumed from step \d+", steps) and "done at step 800" in steps, steps[-3000:]
         restored = [e for e in events if e.get("kind") == "ckpt.restored"]
