@@ -326,11 +326,11 @@ class Agent:
         return monitor, server
 
     async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._stop.set)
         await self.server.start()
         if self.codec is None:
-            stop = asyncio.get_running_loop()
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                stop.add_signal_handler(signum, self._stop.set)
             log.info("[%s] site agent on %s: waiting for `nvrx-hpc run` to attach", self.s.node, self.s.socket_path)
             waiter = asyncio.ensure_future(self._attached.wait())
             await asyncio.wait([waiter, asyncio.ensure_future(self._stop.wait())], return_when=asyncio.FIRST_COMPLETED)
@@ -344,10 +344,7 @@ class Agent:
             got = challenge.get("type") if challenge else None
             raise ProtocolError(f"the launcher did not open with a challenge (got {got!r})")
         self._report("ag.hello", pid=os.getpid(), socket=str(self.s.socket_path), nonce=challenge["nonce"])
-        loop = asyncio.get_running_loop()
         monitor, metrics_server = self._start_health(loop)
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self._stop.set)
         tasks = [
             loop.create_task(self._launcher_loop(reader)),
             loop.create_task(self._watch_loop()),
