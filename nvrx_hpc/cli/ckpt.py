@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
 from nvrx_hpc.cli._output import print_json, print_table
+from nvrx_hpc.core.exit_codes import ExitCode
 
 app = typer.Typer(help="Checkpoints in burst buffers and the shared directory: list, verify, inspect, scavenge.",
                   no_args_is_help=True)
@@ -69,7 +70,7 @@ def verify(bb_dir: BbDirs = None, shared_dir: Shared = None, step: Step = None, 
         print_table(rows, ["rank", "kind", "ok", "reason", "path"], False, title=f"step {result.step}")
         typer.echo(result.message)
     if not result.restorable:
-        raise typer.Exit(69)
+        raise typer.Exit(int(ExitCode.UNAVAILABLE))
 
 
 @app.command()
@@ -107,4 +108,4 @@ def scavenge(bb_dir: BbDirs = None,
     else:
         typer.echo(result.message)
     if result.step is not None and not result.complete:
-        raise typer.Exit(69)
+        raise typer.Exit(int(ExitCode.UNAVAILABLE))

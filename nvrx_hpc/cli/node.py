@@ -10,6 +10,7 @@ import typer
 from nvrx_hpc.cli._output import print_json, print_table
 from nvrx_hpc.core.config import load_config
 from nvrx_hpc.core.errors import ConfigError
+from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.health.api import NotOurDrain
 from nvrx_hpc.health.drain import REASON_PREFIX, drain_node, is_ours, undrain_node
 from nvrx_hpc.slurm.api import SlurmBackend
@@ -65,7 +66,7 @@ def drain(
         typer.echo(f"{node}: {outcome.action}" + (f" ({outcome.reason})" if outcome.reason else "")
                    + (f": {outcome.error}" if outcome.error else ""))  # fmt: skip
     if failed:
-        raise typer.Exit(69)
+        raise typer.Exit(int(ExitCode.UNAVAILABLE))
 
 
 @app.command()
