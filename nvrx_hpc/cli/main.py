@@ -15,6 +15,7 @@ from nvrx_hpc.cli import cluster, config, health, hooks, node, site, spank
 from nvrx_hpc.cli import run as run_commands
 from nvrx_hpc.cli import serve as serve_cli
 from nvrx_hpc.cli import submit as submit_cli
+from nvrx_hpc.core.config import load_config
 from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.core.exit_codes import ExitCode
 
@@ -53,11 +54,16 @@ def _main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     _state["debug"] = debug
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="nvrx-hpc: %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logging.basicConfig(format="nvrx-hpc: %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger().setLevel(logging.DEBUG if debug else _configured_level())
+
+
+def _configured_level() -> str:
+    """`logging.level`; a bad config is left to the command, which reports it (or fails open in a hook)."""
+    try:
+        return load_config().config.logging.level
+    except NvrxError:
+        return "WARNING"
 
 
 def run() -> None:
