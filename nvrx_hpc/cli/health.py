@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import typer
 
-from nvrx_hpc.cli._output import print_json, print_table
+from nvrx_hpc.cli._output import JsonOption, print_json, print_table
 from nvrx_hpc.core.config import load_config
 from nvrx_hpc.core.errors import ConfigError
 from nvrx_hpc.core.exit_codes import ExitCode
@@ -24,8 +23,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def health(
         level: Level = typer.Option(Level.QUICK, "--level", help="quick: seconds (the Prolog's set); full: + dcgmi."),
-        as_json: bool = typer.Option(False, "--json", help="JSON alone on stdout (the default off a terminal)."),
-        table: bool = typer.Option(False, "--table", help="A table even off a terminal."),
+        as_json: JsonOption = False,
+        table: bool = typer.Option(False, "--table", hidden=True, help="A table (the default; kept for old scripts)."),
         node: str | None = typer.Option(None, "--node", help="Node name [default: $SLURMD_NODENAME or hostname]."),
         backend: str | None = typer.Option(None, "--backend", help=f"GPU backend: {', '.join(GPU_BACKENDS)} "
                                            "[default: health.gpu_backend]."),
@@ -46,7 +45,7 @@ def register(app: typer.Typer) -> None:
         limit = budget if budget is not None else (None if level is Level.FULL else config.health.prolog_budget_s)
         report = run_health(config, node=name, level=level, policy=policy, env=env, checks=check or None,
                             budget_s=limit)  # fmt: skip
-        if as_json or (not table and not sys.stdout.isatty()):
+        if as_json:
             print_json(report.to_dict())
         else:
             rows = [

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import typer
 
+from nvrx_hpc.cli._output import print_json
+
 log = logging.getLogger(__name__)
 
 DEFAULT_HOOK_LOG = Path("/var/log/nvrx-hpc/hooks.jsonl")
@@ -74,7 +76,7 @@ def _run_hook(kind: str, dry_run: bool = False) -> int:
         hung = bool(outcome.report and outcome.report.timed_out)
         if dry_run:
             full = {**outcome.to_dict(), "report": outcome.report.to_dict() if outcome.report else None}
-            sys.stdout.write(json.dumps(full, indent=2, default=str) + "\n")
+            print_json(full)
         elif kind == "epilog":
             record["site_agent"] = _site_agent("epilog", env)
             _trigger_attribution(env)

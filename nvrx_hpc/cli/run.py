@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from nvrx_hpc.cli._output import print_json, print_table
+from nvrx_hpc.cli._output import print_json, print_table, print_text
 from nvrx_hpc.core.config import load_config
 from nvrx_hpc.core.errors import ConfigError, NvrxError
 from nvrx_hpc.core.exit_codes import ExitCode
@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
             cpus_per_task=shape.cpus_per_task, gpus_per_task=shape.gpus_per_task,
         )
         settings.validate(len(ctx.node_list))  # before anything starts
-        typer.echo(f"nvrx-hpc run: job {ctx.job_id}: {shape.describe()}; run dir {settings.run_dir}")
+        print_text(f"nvrx-hpc run: job {ctx.job_id}: {shape.describe()}; run dir {settings.run_dir}")
         runner = CommandRunner(default_timeout=config.slurm.command_timeout_s)
         launcher = Launcher(settings, ctx, get_backend(config.slurm.backend, runner), runner)
         code = asyncio.run(launcher.run())
@@ -144,9 +144,9 @@ def register(app: typer.Typer) -> None:
         try:
             answer = attach(path, launcher, token_file, health_interval, wait, SiteAgentFiles.at(path).pid_file)
         except NvrxError as exc:
-            typer.echo(f"nvrx-attach {node} missing: {exc.message}")
+            print_text(f"nvrx-attach {node} missing: {exc.message}")
             raise typer.Exit(int(ExitCode.UNAVAILABLE)) from None
-        typer.echo(f"nvrx-attach {node} attached pid={answer.get('pid')}")
+        print_text(f"nvrx-attach {node} attached pid={answer.get('pid')}")
 
     @app.command()
     def status(
@@ -166,12 +166,12 @@ def register(app: typer.Typer) -> None:
             return
         age = time.time() - float(state.get("updated", 0))
         pool = state.get("pool", {})
-        typer.echo(f"job {state.get('job')}  attempt {state.get('attempt')}  updated {age:.1f} s ago")
+        print_text(f"job {state.get('job')}  attempt {state.get('attempt')}  updated {age:.1f} s ago")
         if state.get("outcome"):
-            typer.echo(f"outcome: {state['outcome']}")
-        typer.echo(f"active {','.join(pool.get('active', []))}  spares {','.join(pool.get('spares', [])) or '-'}")
+            print_text(f"outcome: {state['outcome']}")
+        print_text(f"active {','.join(pool.get('active', []))}  spares {','.join(pool.get('spares', [])) or '-'}")
         for node, why in (pool.get("excluded") or {}).items():
-            typer.echo(f"excluded {node}: {why}")
+            print_text(f"excluded {node}: {why}")
         rows = [
             {"rank": r, "node": v.get("node"), "state": v.get("state"), "iteration": v.get("iteration"),
              "last beat (s)": v.get("last_beat_age"), "sections": ",".join(v.get("sections") or [])}
