@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from nvrx_hpc.cli._output import print_json, print_table, print_text
+from nvrx_hpc.cli._output import JsonOption, print_json, print_table, print_text
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def attribute(
         paths: Annotated[list[Path] | None, typer.Argument(help="A run directory, or log / dump files.")] = None,
-        json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object, nothing else.")] = False,
+        json_output: JsonOption = False,
         out: Annotated[Path | None, typer.Option(help="Write report.json/.md/.html here (default: run dir).")] = None,
         no_write: Annotated[bool, typer.Option("--no-write", help="Write no report files.")] = False,
         post: Annotated[list[str] | None, typer.Option(help="Also post with this backend (repeatable).")] = None,

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from nvrx_hpc.cli._output import print_json, print_table, print_text, progress_bar
+from nvrx_hpc.cli._output import JsonOption, print_json, print_table, print_text, progress_bar
 from nvrx_hpc.core.exit_codes import ExitCode
 
 app = typer.Typer(help="Checkpoints in burst buffers and the shared directory: list, verify, inspect, scavenge.",
@@ -22,7 +22,6 @@ BbDirs = Annotated[
 ]
 Shared = Annotated[Path | None, typer.Option("--shared-dir", help="Shared directory of drained versions.")]
 Step = Annotated[int | None, typer.Option("--step", help="Version to use [default: the newest committed].")]
-Json = Annotated[bool, typer.Option("--json", help="Print JSON alone on stdout.")]
 
 
 def _dirs(bb_dirs: list[str] | None) -> list[Path]:
@@ -33,7 +32,7 @@ def _dirs(bb_dirs: list[str] | None) -> list[Path]:
 
 
 @app.command("ls")
-def ls(bb_dir: BbDirs = None, shared_dir: Shared = None, json_output: Json = False) -> None:
+def ls(bb_dir: BbDirs = None, shared_dir: Shared = None, json_output: JsonOption = False) -> None:
     """List every version found, newest first: status, scheme, size, copies, whether it is in shared storage."""
     from nvrx_hpc.ckpt.catalog import list_versions
 
@@ -43,7 +42,9 @@ def ls(bb_dir: BbDirs = None, shared_dir: Shared = None, json_output: Json = Fal
 
 
 @app.command()
-def verify(bb_dir: BbDirs = None, shared_dir: Shared = None, step: Step = None, json_output: Json = False) -> None:
+def verify(
+    bb_dir: BbDirs = None, shared_dir: Shared = None, step: Step = None, json_output: JsonOption = False
+) -> None:
     """Read every copy of a version and check its checksums; exit 69 when it cannot be restored."""
     from nvrx_hpc.ckpt.catalog import verify_version
 
@@ -62,7 +63,7 @@ def verify(bb_dir: BbDirs = None, shared_dir: Shared = None, step: Step = None, 
 @app.command()
 def inspect(bb_dir: BbDirs = None, shared_dir: Shared = None, step: Step = None,
             rank: Annotated[int, typer.Option("--rank", help="Whose tensor table to show.")] = 0,
-            json_output: Json = False) -> None:
+            json_output: JsonOption = False) -> None:
     """Show a version's manifest and one rank's tensors (path, dtype, shape, bytes, checksum)."""
     from nvrx_hpc.ckpt.catalog import inspect_version
 
@@ -83,7 +84,7 @@ def inspect(bb_dir: BbDirs = None, shared_dir: Shared = None, step: Step = None,
 @app.command()
 def scavenge(bb_dir: BbDirs = None,
              shared_dir: Annotated[Path, typer.Option("--shared-dir", help="Where to copy the version.")] = ...,
-             step: Step = None, json_output: Json = False) -> None:
+             step: Step = None, json_output: JsonOption = False) -> None:
     """Copy the newest version not yet in shared storage there (end of a batch script); exit 69 if incomplete."""
     from nvrx_hpc.ckpt.drain import scavenge as run_scavenge
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from nvrx_hpc.cli._output import print_json, print_table, print_text
+from nvrx_hpc.cli._output import JsonOption, print_json, print_table, print_text
 from nvrx_hpc.core.config import load_config
 from nvrx_hpc.core.errors import ConfigError, NvrxError
 from nvrx_hpc.core.exit_codes import ExitCode
@@ -152,7 +152,7 @@ def register(app: typer.Typer) -> None:
     def status(
         job: str = typer.Argument(..., help="Job id."),
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory [from Slurm's WorkDir]."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON alone on stdout."),
+        as_json: JsonOption = False,
     ) -> None:
         """Live view of a job under `nvrx-hpc run`: ranks, heartbeats, sections, restarts, exclusions."""
         from nvrx_hpc.launcher.status import read_status

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nvrx_hpc.cli._output import print_json, print_text
+from nvrx_hpc.cli._output import JsonOption, print_json, print_text
 from nvrx_hpc.core.errors import ConfigError
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.deploy import SitePaths, Status, install, run_checks, uninstall
@@ -22,7 +22,6 @@ Prefix = Annotated[Path | None, typer.Option(
 SlurmEtc = Annotated[Path | None, typer.Option(
     "--slurm-etc", help="Slurm's config directory [default: that of $SLURM_CONF, else /etc/slurm].",
     show_default=False)]
-Json = Annotated[bool, typer.Option("--json", help="Print one JSON object, nothing else.")]
 
 
 @app.command("install")
@@ -35,7 +34,7 @@ def install_cmd(
     python: Annotated[str | None, typer.Option(
         "--python", help="Interpreter the Prolog/Epilog run [default: this one].", show_default=False)] = None,
     slurm_etc: SlurmEtc = None,
-    as_json: Json = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Build the SPANK plugin for this node's Slurm and install it with its plugstack entry, the
     Prolog/Epilog wrappers and a commented config; print the slurm.conf lines still to add. Run as root."""
@@ -66,7 +65,7 @@ def install_cmd(
 
 
 @app.command("check")
-def check_cmd(prefix: Prefix = None, slurm_etc: SlurmEtc = None, as_json: Json = False) -> None:
+def check_cmd(prefix: Prefix = None, slurm_etc: SlurmEtc = None, as_json: JsonOption = False) -> None:
     """Check this node: plugin present and loadable, Prolog/Epilog configured, versions agree, socket and
     burst-buffer directories, NVML. Exits 69 when a line fails."""
     lines = run_checks(SitePaths.build(prefix, slurm_etc))
