@@ -91,7 +91,6 @@ RUNTIME_ENV_VARS = frozenset(
         "NVRX_FAILURE_DOMAIN",
         "NVRX_CKPT_KEY_FILE",
         "NVRX_HEALTH_POLICY",
-        "NVRX_HEALTH_LEVEL",
         "NVRX_HOOK_LOG",
     }
 )
