@@ -64,7 +64,7 @@ class CheckpointSettings(CkptConfig):
         return value
 
     @classmethod
-    def build(cls, config: CkptConfig | None = None, **values: object) -> CheckpointSettings:
+    def from_config(cls, config: CkptConfig | None = None, **values: object) -> CheckpointSettings:
         """Keywords (None: not given) over `config` (default: the `[ckpt]` section of `load_config()`);
         errors become CheckpointError naming the field."""
         base = (config or load_config().config.ckpt).model_dump()

@@ -75,7 +75,7 @@ def _agent_paths(r: ResolvedConfig) -> object:
 CONSUMERS = {
     "launcher": _run_settings, "agent.heartbeat_timeout_s": _run_settings, "agent.initial_timeout_s": _run_settings,
     "agent": _agent_paths, "slurm": _slurm, "health": _health,
-    "ckpt": lambda r: CheckpointSettings.build(r.config.ckpt, bb_dir="/bb", failure_domain="n1").model_dump(),
+    "ckpt": lambda r: CheckpointSettings.from_config(r.config.ckpt, bb_dir="/bb", failure_domain="n1").model_dump(),
     "attribution": lambda r: r.config.attribution.model_dump(),  # AttributionSettings is the section itself
     "cluster": lambda r: r.config.cluster.model_dump(),  # what `nvrx-hpc cluster up` builds its spec from
     "logging": lambda r: r.config.logging.level,
