@@ -48,11 +48,15 @@ def _main(
 
 
 def _configured_level() -> str:
-    """`logging.level`; a bad config is left to the command, which reports it (or fails open in a hook)."""
+    """`logging.level`; a bad config is left to the command, which reports it (or fails open in a hook).
+    Read silently: what loading the config logs, the command's own load logs at the level read here."""
+    logging.disable(logging.CRITICAL)
     try:
         return load_config().config.logging.level
     except NvrxError:
         return "WARNING"
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def run() -> None:

@@ -104,7 +104,8 @@ _warned: set[str] = set()
 
 
 def _deprecated(old: str, new: str) -> None:
-    if old not in _warned:  # once per process: the config is loaded more than once
+    # Once per process (the config is loaded more than once), and only once someone can see it.
+    if old not in _warned and log.isEnabledFor(logging.WARNING):
         _warned.add(old)
         log.warning("%s is deprecated and will be removed; use %s (see docs/config.md)", old, new)
 

@@ -87,3 +87,11 @@ def test_errors_share_one_panel():
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.splitlines()[:2] == ["error: --set 'cluster.nodes' is not key=value",
                                            "hint: write it as --set cluster.nodes=8 (a dotted key, '=', the value)"]
+
+
+def test_logging_level_of_the_config_sets_what_the_operator_sees():
+    old_name = {"NVRX_GPU_BACKEND": "sim", "NVRX_CONFIG": "/dev/null"}
+    default = nvrx("config", "check", env=old_name)
+    assert default.returncode == 0 and default.stderr.count("NVRX_GPU_BACKEND is deprecated") == 1, default.stderr
+    quiet = nvrx("config", "check", env={**old_name, "NVRX_LOGGING__LEVEL": "error"})
+    assert quiet.returncode == 0 and "deprecated" not in quiet.stderr, quiet.stderr
