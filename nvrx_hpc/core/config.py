@@ -90,13 +90,15 @@ RUNTIME_ENV_VARS = frozenset(
         "NVRX_WORKER_PID",
         "NVRX_FAILURE_DOMAIN",
         "NVRX_CKPT_KEY_FILE",
-        "NVRX_HEALTH_POLICY",
-        "NVRX_HOOK_LOG",
     }
 )
 
 # Old names, read below the new ones with a deprecation warning (NVRX_ATTR_<FIELD> is attribution.<field>).
-_ENV_ALIASES = {"NVRX_GPU_BACKEND": "health.gpu_backend"}
+_ENV_ALIASES = {
+    "NVRX_GPU_BACKEND": "health.gpu_backend",
+    "NVRX_HEALTH_POLICY": "health.policy_file",
+    "NVRX_HOOK_LOG": "health.hook_log",
+}
 _ATTR_ALIAS_PREFIX = "NVRX_ATTR_"
 _LEGACY_ATTR_FILE_ENV = "NVRX_ATTR_CONFIG"
 _LEGACY_ATTR_FILE = Path("/etc/nvrx-hpc/attribution.toml")

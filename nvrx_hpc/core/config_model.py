@@ -128,6 +128,12 @@ class HealthConfig(_Section):
         "nvml", description="nvml: real; sim: simulated; none."
     )
     prolog_budget_s: Seconds = Field(10.0, description="Time the Prolog health gate may spend.")
+    policy_file: AbsolutePath = Field(
+        "/etc/nvrx-hpc/health-policy.toml", description="Site health policy over the defaults (optional here)."
+    )
+    hook_log: AbsolutePath = Field(
+        "/var/log/nvrx-hpc/hooks.jsonl", description="One JSON line per Prolog/Epilog run, with the gate's decision."
+    )
 
 
 class AttributionConfig(_Section):

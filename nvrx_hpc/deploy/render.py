@@ -20,7 +20,7 @@ def hook_wrapper(kind: str, python: str, paths: SitePaths, version: str) -> str:
     """
     env = {"NVRX_CONFIG": str(paths.config)}
     if paths.hook_log is not None:
-        env["NVRX_HOOK_LOG"] = str(paths.hook_log)
+        env["NVRX_HEALTH__HOOK_LOG"] = str(paths.hook_log)
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return (
         "#!/bin/sh\n"

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from nvrx_hpc.ckpt.settings import CheckpointSettings
+from nvrx_hpc.cli.hooks import hook_log_path
 from nvrx_hpc.core import config as config_mod
 from nvrx_hpc.core.config import ResolvedConfig, config_keys, default_value, env_var_name, load_config
 from nvrx_hpc.health.backends import open_gpu_backend
 from nvrx_hpc.health.monitor import HealthMonitor
+from nvrx_hpc.health.policy import DEFAULT_POLICY_FILE
 from nvrx_hpc.launcher.settings import RunSettings
 from nvrx_hpc.slurm.backend import get_backend
 
@@ -32,7 +34,8 @@ CHANGED = {
     "launcher.run_dir": "/scratch/{job_id}", "launcher.mode": "site", "launcher.section_timeouts": "ckpt=60",
     "launcher.stop_grace_s": "1", "launcher.health_interval_s": "0", "launcher.exclude_after": "1",
     "launcher.exclude_window_s": "60", "launcher.attribution": "false",
-    "health.gpu_backend": "none", "health.prolog_budget_s": "2",
+    "health.gpu_backend": "none", "health.prolog_budget_s": "2", "health.policy_file": str(DEFAULT_POLICY_FILE),
+    "health.hook_log": "/tmp/hooks.jsonl",
     "attribution.post": "file", "attribution.engine": "python", "attribution.file_path": "/tmp/r.jsonl",
     "attribution.webhook_url": "http://h", "attribution.webhook_token": "t", "attribution.slack_url": "http://s",
     "attribution.service_url": "http://v", "attribution.service_token": "t", "attribution.service_token_file": "/t",
@@ -48,12 +51,12 @@ CHANGED = {
 }  # fmt: skip
 
 
-def _run_settings(r: ResolvedConfig) -> object:
+def _run_settings(r: ResolvedConfig, _env: dict[str, str]) -> object:
     built = RunSettings.from_config(r, command=["python", "t.py"], run_dir=Path("/r"))
     return dataclasses.asdict(built), r.config.launcher.run_path("/submit", "42")
 
 
-def _slurm(r: ResolvedConfig) -> object:
+def _slurm(r: ResolvedConfig, _env: dict[str, str]) -> object:
     try:
         backend = get_backend(r.config.slurm.backend, timeout=r.config.slurm.command_timeout_s)
     except Exception as exc:  # noqa: BLE001 - pyslurm is not installed here: the choice shows as its error
@@ -61,24 +64,25 @@ def _slurm(r: ResolvedConfig) -> object:
     return type(backend).__name__, backend.timeout
 
 
-def _health(r: ResolvedConfig) -> object:
-    monitor = HealthMonitor.from_config(r.config, node="n1", on_fatal=lambda _r: None, interval_s=1e6)
-    return open_gpu_backend(r.config.health.gpu_backend, node="n1", config=r.config).describe(), monitor.budget_s
+def _health(r: ResolvedConfig, env: dict[str, str]) -> object:
+    monitor = HealthMonitor.from_config(r.config, node="n1", on_fatal=lambda _r: None, interval_s=1e6, env=env)
+    gpu = open_gpu_backend(r.config.health.gpu_backend, node="n1", config=r.config).describe()
+    return gpu, monitor.budget_s, monitor.policy.source, hook_log_path(env)
 
 
-def _agent_paths(r: ResolvedConfig) -> object:
+def _agent_paths(r: ResolvedConfig, _env: dict[str, str]) -> object:
     agent = r.config.agent
     return agent.socket_path("7", "n1"), agent.bb_path("7", "n1"), agent.record_dir
 
 
-# The code each key feeds, by key or section: what it builds from the config.
+# The code each key feeds, by key or section: what it builds from the config (and the environment it reads).
 CONSUMERS = {
     "launcher": _run_settings, "agent.heartbeat_timeout_s": _run_settings, "agent.initial_timeout_s": _run_settings,
     "agent": _agent_paths, "slurm": _slurm, "health": _health,
-    "ckpt": lambda r: CheckpointSettings.from_config(r.config.ckpt, bb_dir="/bb", failure_domain="n1").model_dump(),
-    "attribution": lambda r: r.config.attribution.model_dump(),  # AttributionSettings is the section itself
-    "cluster": lambda r: r.config.cluster.model_dump(),  # what `nvrx-hpc cluster up` builds its spec from
-    "logging": lambda r: r.config.logging.level,
+    "ckpt": lambda r, _e: CheckpointSettings.from_config(r.config.ckpt, bb_dir="/bb", failure_domain="n1").model_dump(),
+    "attribution": lambda r, _env: r.config.attribution.model_dump(),  # AttributionSettings is the section itself
+    "cluster": lambda r, _env: r.config.cluster.model_dump(),  # what `nvrx-hpc cluster up` builds its spec from
+    "logging": lambda r, _env: r.config.logging.level,
 }  # fmt: skip
 
 
@@ -97,9 +101,10 @@ def test_every_key_has_a_changed_value_and_a_consumer():
 @pytest.mark.parametrize("key", config_keys())
 def test_setting_a_key_changes_what_its_consumer_builds(key):
     consumer = CONSUMERS.get(key) or CONSUMERS[key.partition(".")[0]]
-    changed = load_config(env={env_var_name(key): CHANGED[key]})
+    env = {env_var_name(key): CHANGED[key]}
+    changed = load_config(env=env)
     assert changed.sources[key] == f"env:{env_var_name(key)}"
-    assert consumer(changed) != consumer(load_config(env={})), f"{key}={CHANGED[key]} changed nothing"
+    assert consumer(changed, env) != consumer(load_config(env={}), {}), f"{key}={CHANGED[key]} changed nothing"
 
 
 @pytest.mark.parametrize("key", config_keys())
