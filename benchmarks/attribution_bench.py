@@ -33,12 +33,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from _gen.fr_synth import Layout, simulate, write_dumps  # noqa: E402  (beside this script)
+from _gen.synthetic_logs import write_log  # noqa: E402
+
 from nvrx_hpc.attribution.fr_analysis import analyze_files  # noqa: E402
-from nvrx_hpc.attribution.fr_synth import Layout, simulate, write_dumps  # noqa: E402
 from nvrx_hpc.attribution.lines import LineContext  # noqa: E402
 from nvrx_hpc.attribution.scanner import Scanner, available_engines, combined_pattern  # noqa: E402
 from nvrx_hpc.attribution.signatures import CATALOG  # noqa: E402
-from nvrx_hpc.attribution.synthetic import write_log  # noqa: E402
 
 GOAL_MB_S = 150.0
 GOAL_RATIO = 2.0

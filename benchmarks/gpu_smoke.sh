@@ -48,7 +48,7 @@ have_gpu=0
 [ "${gpu_line%% *}" = "GPU" ] && have_gpu=1
 
 say "1. nvrx-hpc health --level quick (real NVML, host checks)"
-nvrx health --level quick --table
+nvrx health --level quick
 rc=$?; echo "exit status $rc (0: nothing fatal, 69: a fatal finding)"
 [ "$rc" -ne 0 ] && [ "$rc" -ne 69 ] && crashed=1
 

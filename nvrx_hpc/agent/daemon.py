@@ -25,7 +25,7 @@ from typing import Any
 from nvrx_hpc.agent.hang import Timeouts, calibrate, find_hangs
 from nvrx_hpc.agent.registry import RankRecord, RankState, Registry
 from nvrx_hpc.agent.server import RankSocketServer, WorkerLink
-from nvrx_hpc.core.errors import ProtocolError
+from nvrx_hpc.core.errors import PeerUnreachable, ProtocolError
 from nvrx_hpc.core.wire import Codec, message, read_message
 from nvrx_hpc.slurm.spank_messages import Register, StepEnd, TaskExit
 
@@ -48,6 +48,7 @@ class AgentSettings:
     term_grace_s: float = 3.0
     health_interval_s: float = 0.0  # 0: no health loop
     metrics_port: int | None = None
+    connect_s: float = 20.0  # how long the launcher may take to listen
 
 
 _CHALLENGE_WAIT_S = 20.0  # the launcher's la.challenge after connecting
@@ -106,16 +107,18 @@ class Agent:
         except (OSError, RuntimeError) as exc:
             log.warning("[%s] cannot report %s to the launcher: %s", self.s.node, kind, exc)
 
-    async def _connect(self, deadline_s: float = 20.0) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _connect(self, deadline_s: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         deadline = time.monotonic() + deadline_s
         while True:
             try:
                 return await asyncio.open_connection(self.s.launcher_host, self.s.launcher_port)
             except OSError as exc:
                 if time.monotonic() > deadline:
-                    raise ConnectionError(
-                        f"launcher at {self.s.launcher_host}:{self.s.launcher_port} unreachable: {exc}"
-                    ) from exc
+                    raise PeerUnreachable(
+                        f"launcher at {self.s.launcher_host}:{self.s.launcher_port} unreachable for "
+                        f"{deadline_s:g} s: {exc.strerror or exc}",
+                        hint="is `nvrx-hpc run` of this job still running? check --launcher HOST:PORT",
+                    ) from None
                 await asyncio.sleep(0.2)
 
     async def _launcher_loop(self, reader: asyncio.StreamReader) -> None:
@@ -326,11 +329,11 @@ class Agent:
         return monitor, server
 
     async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._stop.set)
         await self.server.start()
         if self.codec is None:
-            stop = asyncio.get_running_loop()
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                stop.add_signal_handler(signum, self._stop.set)
             log.info("[%s] site agent on %s: waiting for `nvrx-hpc run` to attach", self.s.node, self.s.socket_path)
             waiter = asyncio.ensure_future(self._attached.wait())
             await asyncio.wait([waiter, asyncio.ensure_future(self._stop.wait())], return_when=asyncio.FIRST_COMPLETED)
@@ -338,16 +341,13 @@ class Agent:
                 waiter.cancel()
                 await self.server.close()
                 return 0
-        reader, self._writer = await self._connect()
+        reader, self._writer = await self._connect(self.s.connect_s)
         challenge = await read_message(reader, self.codec, timeout=_CHALLENGE_WAIT_S)  # the launcher speaks first
         if challenge is None or challenge.get("type") != "la.challenge" or not isinstance(challenge.get("nonce"), str):
             got = challenge.get("type") if challenge else None
             raise ProtocolError(f"the launcher did not open with a challenge (got {got!r})")
         self._report("ag.hello", pid=os.getpid(), socket=str(self.s.socket_path), nonce=challenge["nonce"])
-        loop = asyncio.get_running_loop()
         monitor, metrics_server = self._start_health(loop)
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self._stop.set)
         tasks = [
             loop.create_task(self._launcher_loop(reader)),
             loop.create_task(self._watch_loop()),

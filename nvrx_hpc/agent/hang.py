@@ -8,20 +8,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from nvrx_hpc.agent.registry import RankRecord, RankState
+from nvrx_hpc.core.config import NvrxConfig
 
 __all__ = ["Timeouts", "Hang", "find_hangs", "calibrate"]
 
 SAFETY_FACTOR = 5.0  # calibrated timeout = longest observed interval x this
 WARMUP_BEATS = 5  # intervals observed before calibration replaces the defaults
 MIN_CALIBRATED_S = 5.0  # never calibrate below this: scheduler noise on a busy node
+_AGENT = NvrxConfig().agent  # until the launcher sends its own, the configured defaults
 
 
 @dataclass(frozen=True)
 class Timeouts:
     """Seconds; None disables a check. `calibrate` off means the values were set by hand and stay."""
 
-    initial: float | None = 600.0
-    heartbeat: float | None = 60.0
+    initial: float | None = _AGENT.initial_timeout_s
+    heartbeat: float | None = _AGENT.heartbeat_timeout_s
     sections: dict[str, float] = field(default_factory=dict)
     out_of_section: float | None = None
     calibrate: bool = True

@@ -52,7 +52,7 @@ class ServiceClient:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:300].decode("utf-8", "replace")
-            hint = "check the token (NVRX_ATTR_SERVICE_TOKEN)" if exc.code == 401 else None
+            hint = "check attribution.service_token" if exc.code == 401 else None
             raise AttributionError(f"GET {url}: HTTP {exc.code}: {detail}", hint=hint) from None
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             raise AttributionError(

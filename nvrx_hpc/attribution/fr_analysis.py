@@ -157,7 +157,7 @@ def _signature(e: FREntry, check_sizes: bool) -> tuple:
     return (e.op, sizes, (e.input_dtypes, e.output_dtypes))
 
 
-def _mismatch(by_rank: dict[int, list[FREntry]], minor: int) -> dict[str, Any] | None:
+def _mismatch(by_rank: dict[int, list[FREntry]]) -> dict[str, Any] | None:
     """The first sequence id at which the ranks' ops disagree, and the minority ranks."""
     seqs: dict[int, dict[int, FREntry]] = {}
     for rank, entries in by_rank.items():
@@ -171,9 +171,7 @@ def _mismatch(by_rank: dict[int, list[FREntry]], minor: int) -> dict[str, Any] |
         ops = Counter(e.op for e in at.values())
         kind = "op"
         if len(ops) == 1:
-            op = next(iter(ops))
-            all_to_all_old = op.startswith("all_to_all") and minor <= 3
-            same = op in _SAME_SIZE_OPS and not all_to_all_old
+            same = next(iter(ops)) in _SAME_SIZE_OPS
             kind = "size" if len({_signature(e, same)[1] for e in at.values()}) > 1 else "dtype"
         sigs = Counter(_signature(e, e.op in _SAME_SIZE_OPS) for e in at.values())
         if len(sigs) == 1:
@@ -224,7 +222,7 @@ def _unmatched_p2p(by_rank: dict[int, list[FREntry]], order: tuple[int, ...], du
 
 
 def _analyze_group(
-    dumps: dict[int, FRDump], name: str, desc: str, group: dict[int, list[FREntry]], config: _Config, minor: int
+    dumps: dict[int, FRDump], name: str, desc: str, group: dict[int, list[FREntry]], config: _Config
 ) -> PGFinding | None:
     seen = set(group)
     members = config.members(name, desc, seen)
@@ -240,7 +238,7 @@ def _analyze_group(
         e, c = _progress(dumps[r], by_rank[r], own_id)
         if e is not None and c is not None:
             enq[r], done[r] = e, c
-    mismatch = _mismatch({r: by_rank[r] for r in members if r in by_rank}, minor)
+    mismatch = _mismatch({r: by_rank[r] for r in members if r in by_rank})
     missing = tuple(r for r in members if r not in dumps)
     p2p = _unmatched_p2p(by_rank, config.ordered.get(name) or members, set(dumps))
     if not enq:
@@ -333,10 +331,9 @@ def analyze_dumps(dumps: Iterable[FRDump], problems: Sequence[FileProblem] = ())
             index.setdefault(e.pg_name, {}).setdefault(r, []).append(e)
             groups.add((e.pg_name, e.pg_desc))
     config = _Config.of(by_rank.values())
-    minor = min((d.minor for d in by_rank.values()), default=10)
     findings = []
     for name, desc in sorted(groups):
-        found = _analyze_group(by_rank, name, desc, index[name], config, minor)
+        found = _analyze_group(by_rank, name, desc, index[name], config)
         if found is not None:
             findings.append(found)
     findings.sort(key=lambda f: (f.first_created_ns is None, f.first_created_ns or 0, f.pg))

@@ -92,7 +92,7 @@ def http_post(
 
 def _need(value: str | None, key: str) -> str:
     if not value:
-        raise AttributionError(f"no {key} set", hint=f"set {key} in attribution.toml or NVRX_ATTR_{key.upper()}")
+        raise AttributionError(f"no {key} set", hint=f"set attribution.{key} (NVRX_ATTRIBUTION__{key.upper()})")
     return value
 
 

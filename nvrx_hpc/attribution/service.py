@@ -150,7 +150,7 @@ def serve(settings: AttributionSettings, *, host: str, port: int, db: str) -> No
     if not token:
         raise ConfigError(
             "the attribution service needs a token",
-            hint="set NVRX_ATTR_SERVICE_TOKEN or service_token_file in attribution.toml (clients send the same)",
+            hint="set attribution.service_token or service_token_file (clients send the same); see docs/config.md",
         )
     try:
         import uvicorn

@@ -109,7 +109,7 @@ class AsyncCheckpointer:
         **options: Any,
     ) -> None:
         if settings is None:
-            settings = CheckpointSettings.build(
+            settings = CheckpointSettings.from_config(
                 bb_dir=None if bb_dir is None else os.fspath(bb_dir),
                 shared_dir=None if shared_dir is None else os.fspath(shared_dir),
                 scheme=scheme, **options,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,111 +157,127 @@ def _execute(ctx: Context, plan: RestorePlan, arena: HostArena) -> tuple[list[Fi
     Copies for other ranks are read and moved first, and each rank reads its own files after that, so a
     lost rank's bytes travel while the ranks that hold them read their own shards.
     """
-    me, m = ctx.rank, plan.manifest
-    mine_meta: bytes | None = None
-    outgoing: dict[int, tuple[bytes, np.ndarray]] = {}  # index of fetch -> (meta blob, data) to send
-    parities: dict[int, np.ndarray] = {}
-    parity_metas: dict[int, dict[int, bytes]] = {}
-
-    def read(i: int, f: Fetch, bad: list[FileKey]) -> None:
-        nonlocal mine_meta
-        path = _path(ctx, f.key)
-        try:
-            if f.obj == "data":
-                # A copy for another rank is checked there, after the transfer, so it is read unverified (the
-                # first into the reusable spare buffer); only if that check fails is the file verified here.
-                into = arena.adopt if f.dest == me else None if outgoing else (lambda _entries, n: ctx.spare(n))
-                shard = read_shard_file(path, expect_digest=m.shard(f.owner).digest, buffer_for=into,
-                                        verify=f.dest == me)
-                if f.dest == me:
-                    mine_meta = shard.blob
-                else:
-                    outgoing[i] = (shard.blob, shard.data)
-            else:
-                idx, ps = m.parity_set_of(f.owner) or (0, None)
-                assert ps is not None
-                pdata = read_parity_file(path, expect_checksum=ps.checksums[idx])
-                parity_metas[f.owner] = pdata.metas
-                if f.dest == me:
-                    parities[f.owner] = pdata.parity
-                else:
-                    outgoing[i] = (b"", pdata.parity)
-        except CheckpointError as exc:
-            log.warning("restore of step %d: %s", plan.step, exc.message)
-            bad.append(f.key)
-            _quarantine(path)
-
-    bad: list[FileKey] = []
-    for i, f in enumerate(plan.fetches):
-        if f.holder == me and f.dest != me:
-            read(i, f, bad)
-    verdict = _agree(ctx, bad)
+    me, run = ctx.rank, _PlanRun(ctx, plan, arena)
+    run.read_files(lambda f: f.holder == me and f.dest != me)
+    verdict = _agree(ctx, run.bad)
     if verdict:
         return verdict, None, ""
-
-    sends, recvs, incoming = [], [], {}
-    for i, f in enumerate(plan.fetches):
-        if f.holder == f.dest:
-            continue
-        tag_meta, tag_data = (TAG_META, TAG_DATA) if f.obj == "data" else (TAG_PARITY, TAG_PARITY)
-        if f.holder == me:
-            blob, data = outgoing[i]
-            if f.obj == "data":
-                sends.append((f.dest, as_buffer(blob), tag_meta))
-            sends.append((f.dest, data, tag_data))
-        elif f.dest == me:
-            if f.obj == "data":
-                meta_buf = np.empty(m.shard(f.owner).meta_nbytes, dtype=np.uint8)
-                data_buf = arena.adopt([], m.shard(f.owner).nbytes)
-                recvs += [(f.holder, meta_buf, tag_meta), (f.holder, data_buf, tag_data)]
-                incoming[i] = (meta_buf, data_buf)
-            else:
-                ps = (m.parity_set_of(f.owner) or (0, None))[1]
-                assert ps is not None
-                parities[f.owner] = np.empty(ps.chunk, dtype=np.uint8)
-                recvs.append((f.holder, parities[f.owner], tag_data))
-    ctx.transport.exchange(sends, recvs)
-    outgoing.clear()
-    for i, (meta_buf, data_buf) in incoming.items():
-        f = plan.fetches[i]
-        blob = meta_buf.tobytes()
-        problem = _check_received(blob, data_buf, m.shard(f.owner).digest)
-        if problem:
-            log.warning("restore of step %d: copy of rank %d from rank %d: %s", plan.step, f.owner, f.holder, problem)
-            bad.append(f.key)
-        else:
-            mine_meta = blob
-    for f in plan.fetches:
-        if f.obj == "parity" and f.dest == me and f.holder != me:
-            idx, ps = m.parity_set_of(f.owner) or (0, None)
-            if ps is not None and digest(parities[f.owner]) != ps.checksums[idx]:
-                bad.append(f.key)
-    for i, f in enumerate(plan.fetches):
-        if f.holder == me and f.dest == me:
-            read(i, f, bad)
-    verdict = _agree(ctx, bad)
+    run.move_copies()
+    run.read_files(lambda f: f.holder == me and f.dest == me)
+    verdict = _agree(ctx, run.bad)
     if verdict:
         _recheck_sent(ctx, plan, verdict)
         return verdict, None, ""
-
-    step_error = ""
-    lost_metas = _send_lost_metas(ctx, plan, parity_metas)
-    for rb in plan.rebuilds:
-        if me not in rb.members:
-            continue
-        try:
-            got = _rebuild(ctx, plan, rb, arena, parities, lost_metas.get(rb.lost))
-            if got is not None:
-                mine_meta = got
-        except CheckpointError as exc:
-            step_error = exc.message
-    errors = [e for e in ctx.gather(step_error) if e]
+    errors = [e for e in ctx.gather(run.rebuild_lost()) if e]
     if errors:
         return [], None, errors[0]
-    assert mine_meta is not None
-    meta = unpack_meta(mine_meta, f"rank {me} shard")
+    assert run.mine_meta is not None
+    meta = unpack_meta(run.mine_meta, f"rank {me} shard")
     arena.entries = [TensorEntry.from_wire(t) for t in meta["tensors"]]
     return [], meta["skeleton"], ""
+
+
+@dataclass
+class _PlanRun:
+    """One rank's part of one plan: the files it read, the copies in flight, the bad keys found so far."""
+
+    ctx: Context
+    plan: RestorePlan
+    arena: HostArena
+    mine_meta: bytes | None = None
+    outgoing: dict[int, tuple[bytes, np.ndarray]] = field(default_factory=dict)  # fetch index -> (meta, data)
+    parities: dict[int, np.ndarray] = field(default_factory=dict)
+    parity_metas: dict[int, dict[int, bytes]] = field(default_factory=dict)
+    bad: list[FileKey] = field(default_factory=list)
+
+    def read_files(self, which: Callable[[Fetch], bool]) -> None:
+        """Read (and for this rank's own copies, verify) every file of the plan that `which` selects."""
+        me, m = self.ctx.rank, self.plan.manifest
+        for i, f in enumerate(self.plan.fetches):
+            if not which(f):
+                continue
+            path = _path(self.ctx, f.key)
+            try:
+                if f.obj == "data":
+                    # A copy for another rank is checked there, after the transfer, so it is read unverified (the
+                    # first into the reusable spare buffer); only if that check fails is the file verified here.
+                    spare = None if self.outgoing else (lambda _entries, n: self.ctx.spare(n))
+                    shard = read_shard_file(path, expect_digest=m.shard(f.owner).digest,
+                                            buffer_for=self.arena.adopt if f.dest == me else spare, verify=f.dest == me)
+                    if f.dest == me:
+                        self.mine_meta = shard.blob
+                    else:
+                        self.outgoing[i] = (shard.blob, shard.data)
+                else:
+                    idx, ps = m.parity_set_of(f.owner) or (0, None)
+                    assert ps is not None
+                    pdata = read_parity_file(path, expect_checksum=ps.checksums[idx])
+                    self.parity_metas[f.owner] = pdata.metas
+                    if f.dest == me:
+                        self.parities[f.owner] = pdata.parity
+                    else:
+                        self.outgoing[i] = (b"", pdata.parity)
+            except CheckpointError as exc:
+                log.warning("restore of step %d: %s", self.plan.step, exc.message)
+                self.bad.append(f.key)
+                _quarantine(path)
+
+    def move_copies(self) -> None:
+        """Send the copies read for other ranks, receive ours, and check what arrived."""
+        me, m, plan = self.ctx.rank, self.plan.manifest, self.plan
+        sends, recvs, incoming = [], [], {}
+        for i, f in enumerate(plan.fetches):
+            if f.holder == f.dest:
+                continue
+            tag_meta, tag_data = (TAG_META, TAG_DATA) if f.obj == "data" else (TAG_PARITY, TAG_PARITY)
+            if f.holder == me:
+                blob, data = self.outgoing[i]
+                if f.obj == "data":
+                    sends.append((f.dest, as_buffer(blob), tag_meta))
+                sends.append((f.dest, data, tag_data))
+            elif f.dest == me:
+                if f.obj == "data":
+                    meta_buf = np.empty(m.shard(f.owner).meta_nbytes, dtype=np.uint8)
+                    data_buf = self.arena.adopt([], m.shard(f.owner).nbytes)
+                    recvs += [(f.holder, meta_buf, tag_meta), (f.holder, data_buf, tag_data)]
+                    incoming[i] = (meta_buf, data_buf)
+                else:
+                    ps = (m.parity_set_of(f.owner) or (0, None))[1]
+                    assert ps is not None
+                    self.parities[f.owner] = np.empty(ps.chunk, dtype=np.uint8)
+                    recvs.append((f.holder, self.parities[f.owner], tag_data))
+        self.ctx.transport.exchange(sends, recvs)
+        self.outgoing.clear()
+        for i, (meta_buf, data_buf) in incoming.items():
+            f = plan.fetches[i]
+            blob = meta_buf.tobytes()
+            problem = _check_received(blob, data_buf, m.shard(f.owner).digest)
+            if problem:
+                log.warning("restore of step %d: copy of rank %d from rank %d: %s", plan.step, f.owner, f.holder,
+                            problem)
+                self.bad.append(f.key)
+            else:
+                self.mine_meta = blob
+        for f in plan.fetches:
+            if f.obj == "parity" and f.dest == me and f.holder != me:
+                idx, ps = m.parity_set_of(f.owner) or (0, None)
+                if ps is not None and digest(self.parities[f.owner]) != ps.checksums[idx]:
+                    self.bad.append(f.key)
+
+    def rebuild_lost(self) -> str:
+        """Rebuild the lost members of this rank's XOR sets; the error of a rebuild that fails, else ""."""
+        step_error = ""
+        lost_metas = _send_lost_metas(self.ctx, self.plan, self.parity_metas)
+        for rb in self.plan.rebuilds:
+            if self.ctx.rank not in rb.members:
+                continue
+            try:
+                got = _rebuild(self.ctx, self.plan, rb, self.arena, self.parities, lost_metas.get(rb.lost))
+                if got is not None:
+                    self.mine_meta = got
+            except CheckpointError as exc:
+                step_error = exc.message
+        return step_error
 
 
 def _recheck_sent(ctx: Context, plan: RestorePlan, bad: list[FileKey]) -> None:

@@ -1,8 +1,9 @@
-"""Settings of the checkpoint layer: one typed table, given to `AsyncCheckpointer` as keywords or an object.
+"""Settings of the checkpoint layer, given to `AsyncCheckpointer` as keywords or an object.
 
-These live here rather than in `core/config.py` (which has no `ckpt` section yet). Environment variables
-read: `NVRX_BB_DIR` (set by the SPANK plugin) when `bb_dir` is not given, and `NVRX_FAILURE_DOMAIN`,
-then `SLURMD_NODENAME`, then `NVRX_NODE`, then the host name, when `failure_domain` is not given.
+The tunables are the `[ckpt]` section of the configuration (`NVRX_CKPT__<FIELD>`, the site TOML);
+keywords given in code win. Environment variables read besides: `NVRX_BB_DIR` (set by the SPANK plugin)
+when `bb_dir` is not given, and `NVRX_FAILURE_DOMAIN`, then `SLURMD_NODENAME`, then `NVRX_NODE`, then the
+host name, when `failure_domain` is not given.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import os
 import socket
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from nvrx_hpc.ckpt.api import Scheme
+from nvrx_hpc.core.config import CkptConfig, load_config
 from nvrx_hpc.core.errors import CheckpointError
 
 __all__ = ["CheckpointSettings", "default_failure_domain"]
@@ -29,34 +31,28 @@ def default_failure_domain(env: Mapping[str, str] = os.environ) -> str:
     return socket.gethostname()
 
 
-class CheckpointSettings(BaseModel):
-    """Everything `AsyncCheckpointer` can be told. Every field but `bb_dir` has a default."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class CheckpointSettings(CkptConfig):
+    """Everything `AsyncCheckpointer` can be told: the `[ckpt]` keys of the configuration (their defaults,
+    and the site's values, come from there), plus where this rank's burst buffer is and what fails with it."""
 
     bb_dir: str = Field(
         description="Node-local burst-buffer directory; `{domain}` is replaced by the failure domain. "
         "Default: $NVRX_BB_DIR."
     )
-    shared_dir: str | None = Field(None, description="Shared (parallel) file system directory for drained versions.")
-    scheme: Scheme = Field(Scheme.PARTNER, description="Redundancy: none, partner or xor.")
     failure_domain: str = Field(
         default_factory=default_failure_domain,
         description="What fails together with this rank (default: its node, from SLURMD_NODENAME).",
     )
-    set_size: int = Field(8, ge=2, le=1024, description="XOR: failure domains per parity set (at least).")
-    keep: int = Field(2, ge=1, le=1000, description="Committed versions kept in the burst buffer.")
-    drain_every: int = Field(0, ge=0, description="Copy every M-th committed version to shared_dir (0: never).")
-    drain_bandwidth_mib_s: float = Field(0.0, ge=0, description="Cap per rank for draining, MiB/s (0: none).")
-    drain_keep: int = Field(0, ge=0, description="Versions kept in shared_dir (0: all).")
-    chunk_mib: int = Field(64, ge=1, le=1024, description="Size of one transport message and one write, MiB.")
-    wait_timeout_s: float = Field(3600.0, gt=0, description="Longest `wait()` before it raises CheckpointError.")
-    reprotect: bool = Field(True, description="After a restore that used replicas, protect it again at once.")
 
-    @field_validator("bb_dir", "shared_dir")
+    @field_validator("scheme")
     @classmethod
-    def _absolute(cls, value: str | None) -> str | None:
-        if value is not None and not os.path.isabs(value):
+    def _as_scheme(cls, value: str) -> Scheme:
+        return Scheme(value)
+
+    @field_validator("bb_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not os.path.isabs(value):
             raise ValueError(f"must be an absolute path, got {value!r}")
         return value
 
@@ -68,9 +64,11 @@ class CheckpointSettings(BaseModel):
         return value
 
     @classmethod
-    def build(cls, **values: object) -> CheckpointSettings:
-        """Validate keywords (None means "use the default"); errors become CheckpointError naming the field."""
-        given = {k: v for k, v in values.items() if v is not None}
+    def from_config(cls, config: CkptConfig | None = None, **values: object) -> CheckpointSettings:
+        """Keywords (None: not given) over `config` (default: the `[ckpt]` section of `load_config()`);
+        errors become CheckpointError naming the field."""
+        base = (config or load_config().config.ckpt).model_dump()
+        given = {**base, **{k: v for k, v in values.items() if v is not None}}
         if "bb_dir" not in given and os.environ.get("NVRX_BB_DIR"):
             given["bb_dir"] = os.environ["NVRX_BB_DIR"]
         if "bb_dir" not in given:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from nvrx_hpc.cli._output import print_json, print_table
+from nvrx_hpc.cli._output import JsonOption, print_json, print_table, print_text
 
 log = logging.getLogger(__name__)
 
@@ -16,22 +16,22 @@ log = logging.getLogger(__name__)
 def _print_outcome(outcome) -> None:
     r = outcome.report
     c = r["culprit"]
-    typer.echo(f"category:     {r['category']}")
-    typer.echo(f"root cause:   {r['root_cause']}")
-    typer.echo(f"culprit:      nodes {', '.join(c['nodes']) or '-'}; ranks {', '.join(map(str, c['ranks'])) or '-'}"
+    print_text(f"category:     {r['category']}")
+    print_text(f"root cause:   {r['root_cause']}")
+    print_text(f"culprit:      nodes {', '.join(c['nodes']) or '-'}; ranks {', '.join(map(str, c['ranks'])) or '-'}"
                f"; GPUs {', '.join(c['gpus']) or '-'}")  # fmt: skip
     rec = r["recommendation"]
-    typer.echo(f"restartable:  {'yes' if r['restartable'] else 'no'} ({rec['action']}"
+    print_text(f"restartable:  {'yes' if r['restartable'] else 'no'} ({rec['action']}"
                + (f", exclude {', '.join(rec['exclude_nodes'])})" if rec["exclude_nodes"] else ")"))  # fmt: skip
-    typer.echo(f"confidence:   {r['confidence']:.2f}")
+    print_text(f"confidence:   {r['confidence']:.2f}")
     for path in outcome.written:
-        typer.echo(f"report:       {path}")
+        print_text(f"report:       {path}")
     for p in outcome.posted:
-        typer.echo(f"posted:       {p.backend}: {'ok' if p.ok else 'FAILED'} ({p.detail})")
+        print_text(f"posted:       {p.backend}: {'ok' if p.ok else 'FAILED'} ({p.detail})")
     if outcome.service:
-        typer.echo(f"service:      stored as report {outcome.service.get('id')}")
+        print_text(f"service:      stored as report {outcome.service.get('id')}")
         for n in outcome.service.get("nodes", []):
-            typer.echo(f"  node {n['node']}: culprit {n['culprit_count']}x" + ("; DRAIN advised" if n["drain"] else ""))
+            print_text(f"  node {n['node']}: culprit {n['culprit_count']}x" + ("; DRAIN advised" if n["drain"] else ""))
     for e in r.get("errors", []):
         typer.secho(f"unreadable:   {e['source']}: {e['error']}", err=True)
 
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def attribute(
         paths: Annotated[list[Path] | None, typer.Argument(help="A run directory, or log / dump files.")] = None,
-        json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object, nothing else.")] = False,
+        json_output: JsonOption = False,
         out: Annotated[Path | None, typer.Option(help="Write report.json/.md/.html here (default: run dir).")] = None,
         no_write: Annotated[bool, typer.Option("--no-write", help="Write no report files.")] = False,
         post: Annotated[list[str] | None, typer.Option(help="Also post with this backend (repeatable).")] = None,

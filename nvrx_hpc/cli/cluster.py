@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 import nvrx_hpc
+from nvrx_hpc.cli._output import JsonOption, print_json, print_result, print_table
 from nvrx_hpc.core.config import ClusterConfig, load_config
 from nvrx_hpc.core.errors import ConfigError, NvrxError
 from nvrx_hpc.core.exit_codes import ExitCode
@@ -22,7 +20,6 @@ app = typer.Typer(help="A real local Slurm cluster (munge, slurmctld, N slurmd) 
 _STATE_DIR = typer.Option(
     None, "--state-dir", help="Where the cluster keeps everything [default: cluster.state_dir, /tmp/nvrx-cluster]."
 )
-_JSON = typer.Option(False, "--json", help="Print JSON alone on stdout.")
 
 
 def _cluster_config(**flags) -> ClusterConfig:
@@ -59,21 +56,15 @@ def _status_dict(status: ClusterStatus) -> dict:
 
 
 def _print_status(status: ClusterStatus, as_json: bool) -> None:
+    data = _status_dict(status)
     if as_json:
-        typer.echo(json.dumps(_status_dict(status), indent=2))
+        print_json(data)
         return
-    console = Console()
-    table = Table(title=f"dev cluster at {status.state_dir}")
-    for column in ("node", "state", "flags", "reason"):
-        table.add_column(column)
-    for n in status.nodes:
-        table.add_row(n.name, n.state, ",".join(sorted(n.flags)), n.reason or "")
-    console.print(table)
+    rows = [{**n, "node": n["name"], "flags": ",".join(n["flags"])} for n in data["nodes"]]
+    print_table(rows, ["node", "state", "flags", "reason"], False, title=f"dev cluster at {status.state_dir}")
     daemons = ", ".join(f"{d.name}({d.pid}{'' if d.alive else ' dead'})" for d in status.daemons)
-    console.print(f"daemons: {daemons or 'none'}")
-    if status.error:
-        console.print(f"[red]{status.error}[/red]")
-    console.print(f"use it: eval \"$(nvrx-hpc cluster env --state-dir {shlex.quote(status.state_dir)})\"")
+    print_result(data, False, [f"daemons: {daemons or 'none'}", *([status.error] if status.error else []),
+                               f"use it: eval \"$(nvrx-hpc cluster env --state-dir {shlex.quote(status.state_dir)})\""])
 
 
 @app.command()
@@ -90,7 +81,7 @@ def up(
     ),
     no_spank: bool = typer.Option(False, "--no-spank", help="Start without the SPANK plugin."),
     timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds to wait for all nodes to be idle."),
-    as_json: bool = _JSON,
+    as_json: JsonOption = False,
 ) -> None:
     """Start munge, slurmctld and N slurmd, and wait until every node is idle (idempotent)."""
     if spank is not None and no_spank:
@@ -126,20 +117,23 @@ def up(
 def down(
     state_dir: Path | None = _STATE_DIR,
     keep_munge: bool = typer.Option(False, "--keep-munge", help="Leave munged running even if we started it."),
+    as_json: JsonOption = False,
 ) -> None:
     """Cancel the cluster's jobs and stop exactly the daemons `up` started."""
     state_dir = _state_dir(state_dir)
     try:
         cluster = DevCluster.at(state_dir)
     except NvrxError:
-        typer.echo(f"no dev cluster at {state_dir}; nothing to stop")
+        print_result({"state_dir": str(state_dir), "stopped": []}, as_json,
+                     f"no dev cluster at {state_dir}; nothing to stop")  # fmt: skip
         return
     stopped = cluster.down(stop_munge=not keep_munge)
-    typer.echo(f"stopped {len(stopped)} daemons: {', '.join(stopped) or 'none were running'}")
+    print_result({"state_dir": str(state_dir), "stopped": stopped}, as_json,
+                 f"stopped {len(stopped)} daemons: {', '.join(stopped) or 'none were running'}")  # fmt: skip
 
 
 @app.command()
-def status(state_dir: Path | None = _STATE_DIR, as_json: bool = _JSON) -> None:
+def status(state_dir: Path | None = _STATE_DIR, as_json: JsonOption = False) -> None:
     """Show the daemons and nodes; exits 69 when the cluster is not running."""
     result = DevCluster.at(_state_dir(state_dir)).status()
     _print_status(result, as_json)
@@ -148,14 +142,10 @@ def status(state_dir: Path | None = _STATE_DIR, as_json: bool = _JSON) -> None:
 
 
 @app.command()
-def env(state_dir: Path | None = _STATE_DIR, as_json: bool = _JSON) -> None:
+def env(state_dir: Path | None = _STATE_DIR, as_json: JsonOption = False) -> None:
     """Print the exports a shell needs: eval "$(nvrx-hpc cluster env)"."""
     variables = DevCluster.at(_state_dir(state_dir)).env
-    if as_json:
-        typer.echo(json.dumps(variables, indent=2))
-        return
-    for key, value in variables.items():
-        typer.echo(f"export {key}={shlex.quote(value)}")
+    print_result(variables, as_json, [f"export {key}={shlex.quote(value)}" for key, value in variables.items()])
 
 
 # ---- simulated GPU faults (the `sim` health backend reads them; see docs/health.md) ----------------
@@ -177,6 +167,7 @@ def inject_gpu_fault(
     node: str = typer.Argument(..., help="Virtual node, e.g. n2."),
     faults: list[str] = typer.Argument(..., help="KEY=VALUE[@GPU], e.g. xid=79 or ecc_uncorrected=2@1."),
     state_dir: Path | None = _STATE_DIR,
+    as_json: JsonOption = False,
 ) -> None:
     """Inject simulated GPU faults on a node (read by health.gpu_backend = sim)."""
     from nvrx_hpc.health.sim_faults import inject, parse_fault
@@ -184,17 +175,25 @@ def inject_gpu_fault(
     parsed = [parse_fault(f) for f in faults]
     fault_dir, _ = _fault_nodes(state_dir, [node])
     total = inject(fault_dir, node, parsed)
-    typer.echo(f"{node}: {len(parsed)} fault(s) injected, {len(total)} in {fault_dir / (node + '.json')}")
+    file = fault_dir / (node + ".json")
+    print_result({"node": node, "injected": len(parsed), "total": len(total), "file": str(file)}, as_json,
+                 f"{node}: {len(parsed)} fault(s) injected, {len(total)} in {file}")  # fmt: skip
 
 
 @app.command("clear-gpu-faults")
 def clear_gpu_faults(
     nodes: list[str] | None = typer.Argument(None, help="Nodes to clear [default: every node]."),
     state_dir: Path | None = _STATE_DIR,
+    as_json: JsonOption = False,
 ) -> None:
     """Remove the simulated GPU faults of some nodes (default: all)."""
     from nvrx_hpc.health.sim_faults import clear
 
     fault_dir, names = _fault_nodes(state_dir, list(nodes or []))
     cleared = clear(fault_dir, names or None)
-    typer.echo(f"cleared simulated GPU faults of: {', '.join(cleared) or 'no node had any'}")
+    text = f"cleared simulated GPU faults of: {', '.join(cleared) or 'no node had any'}"
+    print_result({"cleared": cleared}, as_json, text)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="cluster")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nvrx_hpc.cli._output import print_json, print_table
+from nvrx_hpc.cli._output import JsonOption, print_json, print_result, print_table
 from nvrx_hpc.core.config import load_config, parse_overrides
 
 app = typer.Typer(
@@ -28,7 +28,7 @@ ConfigPath = Annotated[
 @app.command()
 def show(
     config: ConfigPath = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object, nothing else.")] = False,
+    json_output: JsonOption = False,
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", help="Override a key: --set cluster.nodes=8 (repeatable).", show_default=False),
@@ -45,9 +45,14 @@ def show(
 
 
 @app.command()
-def check(config: ConfigPath = None) -> None:
+def check(config: ConfigPath = None, json_output: JsonOption = False) -> None:
     """Validate the file and NVRX_* variables; exit 0 with "config ok", or 2 with what is wrong."""
     resolved = load_config(path=config)
     changed = sum(1 for source in resolved.sources.values() if source != "default")
     where = str(resolved.file) if resolved.file else "no config file"
-    typer.echo(f"config ok ({where}; {changed} of {len(resolved.sources)} keys set)")
+    data = {"ok": True, "file": str(resolved.file) if resolved.file else None, "keys_set": changed}
+    print_result(data, json_output, f"config ok ({where}; {changed} of {len(resolved.sources)} keys set)")
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="config")

@@ -1,6 +1,6 @@
 """`nvrx-hpc prolog` / `nvrx-hpc epilog`: what slurmd runs on each node before and after a job.
 
-Each run appends one JSON line to $NVRX_HOOK_LOG (default /var/log/nvrx-hpc/hooks.jsonl): the job's
+Each run appends one JSON line to `health.hook_log` (default /var/log/nvrx-hpc/hooks.jsonl): the job's
 context (job, node, user, exit codes, the SPANK_* variables our plugin passed) and, under `health`,
 what the health gate decided (see `nvrx_hpc.health.gate`). After a failed job the Epilog also
 starts the detached attribution of the job's run directory (`nvrx_hpc.attribution.trigger`).
@@ -25,9 +25,11 @@ from pathlib import Path
 
 import typer
 
-log = logging.getLogger(__name__)
+from nvrx_hpc.cli._output import print_json
+from nvrx_hpc.core.config import default_value, load_config
+from nvrx_hpc.core.errors import NvrxError
 
-DEFAULT_HOOK_LOG = Path("/var/log/nvrx-hpc/hooks.jsonl")
+log = logging.getLogger(__name__)
 
 # What slurmd puts in a Prolog/Epilog environment that we keep in the record.
 _SLURM_FIELDS = {
@@ -59,10 +61,18 @@ def _append(path: Path, record: dict) -> None:
         out.write(json.dumps(record, sort_keys=True, default=str) + "\n")
 
 
+def hook_log_path(env: dict[str, str]) -> Path:
+    """`health.hook_log`; with a config that does not load, its default (the run is recorded all the same)."""
+    try:
+        return Path(load_config(env=env).config.health.hook_log)
+    except NvrxError:
+        return Path(default_value("health.hook_log"))
+
+
 def _run_hook(kind: str, dry_run: bool = False) -> int:
     """Record the run, run the health gate, return the exit code. Never raises (fail open)."""
     env = dict(os.environ)
-    target = Path(env.get("NVRX_HOOK_LOG", str(DEFAULT_HOOK_LOG)))
+    target = hook_log_path(env)
     code, hung, record = 0, False, {"time": time.time(), "hook": kind}
     try:
         record = hook_record(kind, env)
@@ -74,7 +84,7 @@ def _run_hook(kind: str, dry_run: bool = False) -> int:
         hung = bool(outcome.report and outcome.report.timed_out)
         if dry_run:
             full = {**outcome.to_dict(), "report": outcome.report.to_dict() if outcome.report else None}
-            sys.stdout.write(json.dumps(full, indent=2, default=str) + "\n")
+            print_json(full)
         elif kind == "epilog":
             record["site_agent"] = _site_agent("epilog", env)
             _trigger_attribution(env)
@@ -102,7 +112,6 @@ def _site_agent(kind: str, env: dict[str, str]) -> dict | None:
     """Start (Prolog) or stop (Epilog) this node's site agent for the job; a failure is recorded, not raised."""
     try:
         from nvrx_hpc.agent.site import start_site_agent, stop_site_agent
-        from nvrx_hpc.core.config import load_config
 
         config = load_config().config
         return start_site_agent(env, config) if kind == "prolog" else stop_site_agent(env, config)

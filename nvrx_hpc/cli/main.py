@@ -1,4 +1,6 @@
-"""Entry point: assembles the command groups and turns NvrxError into a message, a hint and an exit code."""
+"""Entry point: assembles the command groups and turns NvrxError into a message, a hint and an exit code.
+
+One convention: every module of `nvrx_hpc.cli` has `register(app)`, which adds its command or its group."""
 
 from __future__ import annotations
 
@@ -9,12 +11,10 @@ import sys
 import typer
 
 from nvrx_hpc import __version__
-from nvrx_hpc.cli import attribute as attribute_cli
-from nvrx_hpc.cli import ckpt as ckpt_cli
-from nvrx_hpc.cli import cluster, config, health, hooks, node, site, spank
-from nvrx_hpc.cli import run as run_commands
-from nvrx_hpc.cli import serve as serve_cli
-from nvrx_hpc.cli import submit as submit_cli
+from nvrx_hpc.cli import attribute, ckpt, cluster, config, health, hooks, node, serve, site, spank, submit
+from nvrx_hpc.cli import run as run_cli
+from nvrx_hpc.cli._output import print_error, print_text
+from nvrx_hpc.core.config import load_config
 from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.core.exit_codes import ExitCode
 
@@ -25,25 +25,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.add_typer(cluster.app, name="cluster")
-app.add_typer(config.app, name="config")
-app.add_typer(spank.app, name="spank")
-app.add_typer(ckpt_cli.app, name="ckpt")
-app.add_typer(node.app, name="node")
-app.add_typer(site.app, name="site")
-hooks.register(app)
-health.register(app)
-run_commands.register(app)
-attribute_cli.register(app)
-serve_cli.register(app)
-submit_cli.register(app)
+for _module in (cluster, config, spank, ckpt, node, site, hooks, health, run_cli, attribute, serve, submit):
+    _module.register(app)
 
 _state = {"debug": False}
 
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"nvrx-hpc {__version__}")
+        print_text(f"nvrx-hpc {__version__}")
         raise typer.Exit()
 
 
@@ -53,11 +43,20 @@ def _main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     _state["debug"] = debug
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="nvrx-hpc: %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logging.basicConfig(format="nvrx-hpc: %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger().setLevel(logging.DEBUG if debug else _configured_level())
+
+
+def _configured_level() -> str:
+    """`logging.level`; a bad config is left to the command, which reports it (or fails open in a hook).
+    Read silently: what loading the config logs, the command's own load logs at the level read here."""
+    logging.disable(logging.CRITICAL)
+    try:
+        return load_config().config.logging.level
+    except NvrxError:
+        return "WARNING"
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def run() -> None:
@@ -68,9 +67,7 @@ def run() -> None:
     except NvrxError as exc:
         if _state["debug"] or os.environ.get("NVRX_TRACEBACK"):
             raise
-        typer.secho(f"error: {exc.message}", err=True, fg=typer.colors.RED)
-        if exc.hint:
-            typer.secho(f"hint: {exc.hint}", err=True)
+        print_error(exc.message, exc.hint)
         sys.exit(int(exc.exit_code))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -84,6 +81,6 @@ def run() -> None:
             sys.exit(int(ExitCode.USAGE))
         if _state["debug"]:
             raise
-        typer.secho(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", err=True)
+        print_error(f"internal error: {type(exc).__name__}: {exc}", "rerun with --debug for the traceback; report it")
         sys.exit(int(ExitCode.INTERNAL))
     sys.exit(code if isinstance(code, int) else 0)

@@ -7,9 +7,10 @@ import sys
 
 import typer
 
-from nvrx_hpc.cli._output import print_json, print_table
+from nvrx_hpc.cli._output import JsonOption, print_result, print_table
 from nvrx_hpc.core.config import load_config
 from nvrx_hpc.core.errors import ConfigError
+from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.health.api import NotOurDrain
 from nvrx_hpc.health.drain import REASON_PREFIX, drain_node, is_ours, undrain_node
 from nvrx_hpc.slurm.api import SlurmBackend
@@ -17,7 +18,6 @@ from nvrx_hpc.slurm.backend import get_backend
 
 app = typer.Typer(help="Slurm nodes and the drains nvrx-hpc owns (reasons starting with 'nvrx:').")
 
-_JSON = typer.Option(False, "--json", help="Print JSON alone on stdout.")
 _YES = typer.Option(False, "--yes", "-y", help="Do it without asking (required off a terminal).")
 
 
@@ -35,7 +35,7 @@ def _confirm(what: str, yes: bool) -> None:
 
 
 @app.command("list")
-def list_nodes(as_json: bool = _JSON) -> None:
+def list_nodes(as_json: JsonOption = False) -> None:
     """Every node with its state and reason; `owner` is nvrx for drains nvrx-hpc made."""
     rows = []
     for n in _slurm().list_nodes():
@@ -50,6 +50,7 @@ def drain(
     nodes: list[str] = typer.Argument(..., help="Node names."),
     reason: str = typer.Option(..., "--reason", "-r", help="Why; stored as 'nvrx: manual: <reason>'."),
     yes: bool = _YES,
+    as_json: JsonOption = False,
 ) -> None:
     """Drain nodes with an nvrx-owned reason; a node drained by someone else keeps its reason."""
     text = reason.strip()
@@ -58,30 +59,30 @@ def drain(
     full = text if text.startswith(REASON_PREFIX) else f"{REASON_PREFIX} manual: {text}"
     _confirm(f"drain {', '.join(nodes)} ({full})", yes)
     slurm = _slurm()
-    failed = False
-    for node in nodes:
-        outcome = drain_node(slurm, node, full)
-        failed |= outcome.action == "failed"
-        typer.echo(f"{node}: {outcome.action}" + (f" ({outcome.reason})" if outcome.reason else "")
-                   + (f": {outcome.error}" if outcome.error else ""))  # fmt: skip
-    if failed:
-        raise typer.Exit(69)
+    rows = [drain_node(slurm, node, full).to_dict() for node in nodes]
+    print_result(rows, as_json, [f"{r['node']}: {r['action']}" + (f" ({r['reason']})" if r["reason"] else "")
+                                 + (f": {r['error']}" if r["error"] else "") for r in rows])  # fmt: skip
+    if any(row["action"] == "failed" for row in rows):
+        raise typer.Exit(int(ExitCode.UNAVAILABLE))
 
 
 @app.command()
-def undrain(nodes: list[str] = typer.Argument(..., help="Node names."), yes: bool = _YES) -> None:
+def undrain(
+    nodes: list[str] = typer.Argument(..., help="Node names."), yes: bool = _YES, as_json: JsonOption = False
+) -> None:
     """Resume nodes nvrx-hpc drained; refuses any node drained for another reason (exit 2)."""
     _confirm(f"undrain {', '.join(nodes)}", yes)
     slurm = _slurm()
     refused: list[NotOurDrain] = []
+    rows = []
     for node in nodes:
         try:
-            outcome = undrain_node(slurm, node)
+            rows.append(undrain_node(slurm, node).to_dict())
         except NotOurDrain as exc:
             refused.append(exc)
-            typer.echo(f"{node}: refused", err=True)
-            continue
-        typer.echo(f"{node}: {outcome.action}" + (f" (was: {outcome.reason})" if outcome.action == "resumed" else ""))
+            rows.append({"node": node, "action": "refused", "reason": None, "error": exc.message})
+    print_result(rows, as_json, [f"{r['node']}: {r['action']}" + (f" (was: {r['reason']})" if r["action"] == "resumed"
+                                 else "") for r in rows if r["action"] != "refused"])  # fmt: skip
     if refused:
         raise refused[0] if len(refused) == 1 else NotOurDrain(
             "; ".join(e.message for e in refused), hint=refused[0].hint
@@ -94,16 +95,17 @@ def recheck(
         None, "--undrain/--no-undrain", help="Resume an nvrx drain when all checks pass [default: policy]."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check only; never drain or resume."),
-    as_json: bool = _JSON,
+    as_json: JsonOption = False,
 ) -> None:
     """On the node itself (e.g. as HealthCheckProgram): quick checks, drain on fatal, undrain on pass."""
     from nvrx_hpc.health.gate import gate
 
     outcome = gate("recheck", dict(os.environ), dry_run=dry_run, undrain=undrain_on_pass)
-    if as_json:
-        print_json(outcome.to_dict())
-    else:
-        verdict = outcome.report.verdict.value if outcome.report else "-"
-        typer.echo(f"{outcome.node}: {verdict}, {outcome.action}" + (f" ({outcome.reason})" if outcome.reason else "")
-                   + (f": {outcome.detail}" if outcome.detail else ""))  # fmt: skip
+    verdict = outcome.report.verdict.value if outcome.report else "-"
+    text = f"{outcome.node}: {verdict}, {outcome.action}" + (f" ({outcome.reason})" if outcome.reason else "")
+    print_result(outcome.to_dict(), as_json, text + (f": {outcome.detail}" if outcome.detail else ""))
     raise typer.Exit(int(outcome.exit_code))
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="node")

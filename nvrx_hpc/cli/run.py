@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from nvrx_hpc.cli._output import print_json, print_table
+from nvrx_hpc.cli._output import JsonOption, print_json, print_table, print_text
 from nvrx_hpc.core.config import load_config
 from nvrx_hpc.core.errors import ConfigError, NvrxError
 from nvrx_hpc.core.exit_codes import ExitCode
@@ -19,20 +19,6 @@ from nvrx_hpc.core.wire import load_token
 from nvrx_hpc.slurm.api import JobContext
 
 __all__ = ["register"]
-
-
-def _parse_sections(items: list[str]) -> dict[str, float]:
-    sections = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        try:
-            seconds = float(value)
-        except ValueError:
-            seconds = -1.0
-        if not sep or not name or seconds <= 0:
-            raise ConfigError(f"--section-timeout {item!r} must be NAME=SECONDS with SECONDS > 0")
-        sections[name] = seconds
-    return sections
 
 
 def register(app: typer.Typer) -> None:
@@ -45,25 +31,29 @@ def register(app: typer.Typer) -> None:
         ),
         max_restarts: int | None = typer.Option(None, "--max-restarts", min=0, help="In-allocation restarts."),
         min_nodes: int | None = typer.Option(None, "--min-nodes", min=1, help="Shrink down to this many nodes."),
-        max_no_progress: int = typer.Option(3, "--max-no-progress", min=1, help="Stop after K stalled attempts."),
-        run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory [<submit dir>/nvrx-runs/<job>]."),
-        mode: str = typer.Option("user", "--mode", help="user: exclude bad nodes; site: also drain them."),
+        max_no_progress: int | None = typer.Option(
+            None, "--max-no-progress", min=1, help="Stop after K stalled attempts."
+        ),
+        run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory [launcher.run_dir]."),
+        mode: str | None = typer.Option(None, "--mode", help="user: exclude bad nodes; site: also drain them."),
         heartbeat_timeout: float | None = typer.Option(
-            None, "--heartbeat-timeout", help="Seconds; default: 60, then calibrated."
+            None, "--heartbeat-timeout", help="Seconds [agent.heartbeat_timeout_s; at its default, calibrated]."
         ),
         initial_timeout: float | None = typer.Option(None, "--initial-timeout", help="Seconds to the first heartbeat."),
         section_timeout: list[str] = typer.Option([], "--section-timeout", help="NAME=SECONDS (repeatable)."),
-        stop_grace: float = typer.Option(5.0, "--stop-grace", min=0, help="SIGTERM to SIGKILL grace, seconds."),
-        attribution: bool = typer.Option(
-            True, "--attribution/--no-attribution", help="Stop at once on a failure attribution calls not restartable."
+        stop_grace: float | None = typer.Option(None, "--stop-grace", min=0, help="SIGTERM to SIGKILL grace, seconds."),
+        attribution: bool | None = typer.Option(
+            None, "--attribution/--no-attribution", help="Stop at once on a failure attribution calls not restartable."
         ),
-        health_interval: float = typer.Option(
-            30.0, "--health-interval", min=0, help="Seconds between the agents' health checks (0: off)."
+        health_interval: float | None = typer.Option(
+            None, "--health-interval", min=0, help="Seconds between the agents' health checks (0: off)."
         ),
-        exclude_after: int = typer.Option(
-            3, "--exclude-after", min=1, help="Exclude a healthy node behind this many failures in the window."
+        exclude_after: int | None = typer.Option(
+            None, "--exclude-after", min=1, help="Exclude a healthy node behind this many failures in the window."
         ),
-        exclude_window: float = typer.Option(3600.0, "--exclude-window", help="Seconds: --exclude-after's window."),
+        exclude_window: float | None = typer.Option(
+            None, "--exclude-window", help="Seconds: --exclude-after's window."
+        ),
     ) -> None:
         """Run CMD as an srun step in this allocation and keep it alive through failures."""
         from nvrx_hpc.launcher.loop import Launcher
@@ -72,35 +62,26 @@ def register(app: typer.Typer) -> None:
         from nvrx_hpc.slurm.backend import get_backend
         from nvrx_hpc.slurm.runner import CommandRunner
 
-        config = load_config().config
+        flags = {
+            "launcher.spares": spares, "launcher.max_restarts": max_restarts, "launcher.min_nodes": min_nodes,
+            "launcher.max_no_progress": max_no_progress, "launcher.mode": mode, "launcher.stop_grace_s": stop_grace,
+            "launcher.section_timeouts": ",".join(section_timeout) or None, "launcher.attribution": attribution,
+            "launcher.health_interval_s": health_interval, "launcher.exclude_after": exclude_after,
+            "launcher.exclude_window_s": exclude_window, "agent.heartbeat_timeout_s": heartbeat_timeout,
+            "agent.initial_timeout_s": initial_timeout,
+        }  # fmt: skip
+        resolved = load_config(overrides={key: value for key, value in flags.items() if value is not None})
+        config = resolved.config
         ctx = JobContext.from_env(required=("job_id", "node_list"))
         if run_dir is None:
             run_dir = Path(config.launcher.run_path(ctx.submit_dir or os.getcwd(), str(ctx.job_id)))
-        spares = config.launcher.spares if spares is None else spares
-        shape = resolve_shape(ctx, tasks_per_node, spares)  # before anything starts
-        settings = RunSettings(
-            command=list(command or []),
-            run_dir=run_dir.absolute(),
-            spares=spares,
-            tasks_per_node=shape.tasks_per_node,
-            cpus_per_task=shape.cpus_per_task,
-            gpus_per_task=shape.gpus_per_task,
-            max_restarts=config.launcher.max_restarts if max_restarts is None else max_restarts,
-            max_no_progress=max_no_progress,
-            min_nodes=min_nodes,
-            heartbeat_timeout=heartbeat_timeout,
-            initial_timeout=initial_timeout if initial_timeout is not None else config.agent.initial_timeout_s,
-            section_timeouts=_parse_sections(section_timeout),
-            mode=mode,
-            stop_grace_s=stop_grace,
-            health_interval_s=health_interval,
-            agent_socket=config.agent.socket,
-            attribution=attribution,
-            exclude_after=exclude_after,
-            exclude_window_s=exclude_window,
+        shape = resolve_shape(ctx, tasks_per_node, config.launcher.spares)  # before anything starts
+        settings = RunSettings.from_config(
+            resolved, command=list(command or []), run_dir=run_dir.absolute(), tasks_per_node=shape.tasks_per_node,
+            cpus_per_task=shape.cpus_per_task, gpus_per_task=shape.gpus_per_task,
         )
         settings.validate(len(ctx.node_list))  # before anything starts
-        typer.echo(f"nvrx-hpc run: job {ctx.job_id}: {shape.describe()}; run dir {settings.run_dir}")
+        print_text(f"nvrx-hpc run: job {ctx.job_id}: {shape.describe()}; run dir {settings.run_dir}")
         runner = CommandRunner(default_timeout=config.slurm.command_timeout_s)
         launcher = Launcher(settings, ctx, get_backend(config.slurm.backend, runner), runner)
         code = asyncio.run(launcher.run())
@@ -163,15 +144,15 @@ def register(app: typer.Typer) -> None:
         try:
             answer = attach(path, launcher, token_file, health_interval, wait, SiteAgentFiles.at(path).pid_file)
         except NvrxError as exc:
-            typer.echo(f"nvrx-attach {node} missing: {exc.message}")
+            print_text(f"nvrx-attach {node} missing: {exc.message}")
             raise typer.Exit(int(ExitCode.UNAVAILABLE)) from None
-        typer.echo(f"nvrx-attach {node} attached pid={answer.get('pid')}")
+        print_text(f"nvrx-attach {node} attached pid={answer.get('pid')}")
 
     @app.command()
     def status(
         job: str = typer.Argument(..., help="Job id."),
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory [from Slurm's WorkDir]."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON alone on stdout."),
+        as_json: JsonOption = False,
     ) -> None:
         """Live view of a job under `nvrx-hpc run`: ranks, heartbeats, sections, restarts, exclusions."""
         from nvrx_hpc.launcher.status import read_status
@@ -185,12 +166,12 @@ def register(app: typer.Typer) -> None:
             return
         age = time.time() - float(state.get("updated", 0))
         pool = state.get("pool", {})
-        typer.echo(f"job {state.get('job')}  attempt {state.get('attempt')}  updated {age:.1f} s ago")
+        print_text(f"job {state.get('job')}  attempt {state.get('attempt')}  updated {age:.1f} s ago")
         if state.get("outcome"):
-            typer.echo(f"outcome: {state['outcome']}")
-        typer.echo(f"active {','.join(pool.get('active', []))}  spares {','.join(pool.get('spares', [])) or '-'}")
+            print_text(f"outcome: {state['outcome']}")
+        print_text(f"active {','.join(pool.get('active', []))}  spares {','.join(pool.get('spares', [])) or '-'}")
         for node, why in (pool.get("excluded") or {}).items():
-            typer.echo(f"excluded {node}: {why}")
+            print_text(f"excluded {node}: {why}")
         rows = [
             {"rank": r, "node": v.get("node"), "state": v.get("state"), "iteration": v.get("iteration"),
              "last beat (s)": v.get("last_beat_age"), "sections": ",".join(v.get("sections") or [])}

@@ -22,6 +22,6 @@ def register(app: typer.Typer) -> None:
         settings = load_settings(
             overrides={"serve_host": host, "serve_port": port, "serve_db": db, "service_token_file": token_file}
         )
-        typer.echo(f"nvrx-hpc serve: http://{settings.serve_host}:{settings.serve_port} (db {settings.serve_db})",
-                   err=True)  # fmt: skip
+        where = f"http://{settings.serve_host}:{settings.serve_port} (db {settings.serve_db})"
+        typer.echo(f"nvrx-hpc serve: {where}", err=True)
         run_service(settings, host=settings.serve_host, port=settings.serve_port, db=settings.serve_db)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nvrx_hpc.cli._output import print_json
+from nvrx_hpc.cli._output import JsonOption, print_json, print_text
 from nvrx_hpc.core.errors import ConfigError
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.deploy import SitePaths, Status, install, run_checks, uninstall
@@ -22,7 +22,6 @@ Prefix = Annotated[Path | None, typer.Option(
 SlurmEtc = Annotated[Path | None, typer.Option(
     "--slurm-etc", help="Slurm's config directory [default: that of $SLURM_CONF, else /etc/slurm].",
     show_default=False)]
-Json = Annotated[bool, typer.Option("--json", help="Print one JSON object, nothing else.")]
 
 
 @app.command("install")
@@ -35,7 +34,7 @@ def install_cmd(
     python: Annotated[str | None, typer.Option(
         "--python", help="Interpreter the Prolog/Epilog run [default: this one].", show_default=False)] = None,
     slurm_etc: SlurmEtc = None,
-    as_json: Json = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Build the SPANK plugin for this node's Slurm and install it with its plugstack entry, the
     Prolog/Epilog wrappers and a commented config; print the slurm.conf lines still to add. Run as root."""
@@ -51,22 +50,22 @@ def install_cmd(
         return
     if report.versions:
         v = report.versions
-        typer.echo(f"Slurm {v['slurm']} ({v['slurm_from']}), headers {v['headers']}, nvrx-hpc {v['nvrx_hpc']}")
+        print_text(f"Slurm {v['slurm']} ({v['slurm_from']}), headers {v['headers']}, nvrx-hpc {v['nvrx_hpc']}")
     width = max((len(a.action) for a in report.actions), default=0)
     for action in report.actions:
-        typer.echo(f"{action.action.ljust(width)}  {action.path}" + (f"  ({action.detail})" if action.detail else ""))
+        print_text(f"{action.action.ljust(width)}  {action.path}" + (f"  ({action.detail})" if action.detail else ""))
     for note in report.notes:
-        typer.echo(f"note: {note}")
+        print_text(f"note: {note}")
     if report.slurm_conf_lines:
-        typer.echo("\nslurm.conf still needs (then `scontrol reconfigure`; restart slurmd for the plugin):")
+        print_text("\nslurm.conf still needs (then `scontrol reconfigure`; restart slurmd for the plugin):")
         for line in report.slurm_conf_lines:
-            typer.echo(f"  {line}")
+            print_text(f"  {line}")
     elif not remove:
-        typer.echo("\nslurm.conf already has every line site mode needs")
+        print_text("\nslurm.conf already has every line site mode needs")
 
 
 @app.command("check")
-def check_cmd(prefix: Prefix = None, slurm_etc: SlurmEtc = None, as_json: Json = False) -> None:
+def check_cmd(prefix: Prefix = None, slurm_etc: SlurmEtc = None, as_json: JsonOption = False) -> None:
     """Check this node: plugin present and loadable, Prolog/Epilog configured, versions agree, socket and
     burst-buffer directories, NVML. Exits 69 when a line fails."""
     lines = run_checks(SitePaths.build(prefix, slurm_etc))
@@ -76,8 +75,12 @@ def check_cmd(prefix: Prefix = None, slurm_etc: SlurmEtc = None, as_json: Json =
     else:
         width = max(len(line.name) for line in lines)
         for line in lines:
-            typer.echo(f"{line.status.value:<4}  {line.name.ljust(width)}  {line.detail}")
+            print_text(f"{line.status.value:<4}  {line.name.ljust(width)}  {line.detail}")
             if line.fix and line.status is not Status.OK:
-                typer.echo(f"{'':<4}  {''.ljust(width)}  fix: {line.fix}")
+                print_text(f"{'':<4}  {''.ljust(width)}  fix: {line.fix}")
     if failed:
         raise typer.Exit(int(ExitCode.UNAVAILABLE))
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="site")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import sys
 import threading
 import time
 
 import typer
 
+from nvrx_hpc.cli._output import print_json_line
 from nvrx_hpc.core.errors import ConfigError
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.slurm.hostlist import expand
@@ -37,8 +36,7 @@ def listen(
 
     def on_message(node: str, message) -> None:
         with lock:
-            sys.stdout.write(json.dumps({"socket": node, **message.model_dump()}, sort_keys=True) + "\n")
-            sys.stdout.flush()
+            print_json_line({"socket": node, **message.model_dump()})
             if isinstance(message, StepEnd) and message.step != "batch":
                 ended[node] += 1
                 if steps and all(count >= steps for count in ended.values()):
@@ -52,3 +50,7 @@ def listen(
     if steps and not done.is_set():
         typer.echo(f"timed out after {timeout:g} s; step ends seen per node: {ended}", err=True)
         raise typer.Exit(int(ExitCode.UNAVAILABLE))
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="spank")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from nvrx_hpc.cli._output import print_text
+
 __all__ = ["register"]
 
 
@@ -42,7 +44,7 @@ def _command(submit: bool) -> Callable[..., None]:
         )  # fmt: skip
         script = render_script(variables, template)
         if not submit:
-            sys.stdout.write(script)
+            print_text(script, nl=False)
             return
         from nvrx_hpc.core.config import load_config
         from nvrx_hpc.launcher.sbatch import submit_script
@@ -51,7 +53,7 @@ def _command(submit: bool) -> Callable[..., None]:
         timeout = load_config().config.slurm.command_timeout_s
         job, path = submit_script(script, variables.run_dir, CommandRunner(), timeout)
         typer.echo(f"submitted {path} as job {job}", err=True)
-        typer.echo(job)
+        print_text(job)
 
     return command
 

@@ -1,9 +1,13 @@
 """Configuration: one typed table, resolved as defaults < site TOML < `NVRX_<SECTION>__<FIELD>` env < flags.
 
-Every key, its default, its environment variable and every error are documented in docs/config.md.
-`load_config()` returns the effective `NvrxConfig` plus, for each dotted key, where its value came from.
-Nothing here prints; bad input raises `ConfigError` naming the key, the value, its source and what
-was expected.
+The table itself is `core/config_model.py`. Every key, its default, its environment variable and every
+error are documented in docs/config.md (a test holds the page to the table). `load_config()` returns
+the effective `NvrxConfig` plus, for each dotted key, where its value came from. Nothing here prints;
+bad input raises `ConfigError` naming the key, the value, its source and what was expected.
+
+Old names still read, with a logged deprecation warning, below their new ones: `NVRX_GPU_BACKEND`
+(`NVRX_HEALTH__GPU_BACKEND`), `NVRX_ATTR_<FIELD>` (`NVRX_ATTRIBUTION__<FIELD>`) and the attribution
+file `$NVRX_ATTR_CONFIG` or /etc/nvrx-hpc/attribution.toml (now `[attribution]` of the config file).
 """
 
 from __future__ import annotations
@@ -18,21 +22,23 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import annotated_types
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    TypeAdapter,
-    ValidationError,
-    model_validator,
-)
+from pydantic import TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
+from nvrx_hpc.core.config_model import (
+    AgentConfig,
+    AttributionConfig,
+    CkptConfig,
+    ClusterConfig,
+    HealthConfig,
+    LauncherConfig,
+    LoggingConfig,
+    NvrxConfig,
+    SlurmConfig,
+    _Section,
+)
 from nvrx_hpc.core.errors import ConfigError
 from nvrx_hpc.core.templates import absolute_path as _absolute
-from nvrx_hpc.core.templates import expand_percent as _expand_percent
 from nvrx_hpc.core.templates import percent_template as _percent_template
 from nvrx_hpc.core.templates import run_dir_template as _format_template
 
@@ -50,10 +56,13 @@ __all__ = [
     "AgentConfig",
     "LauncherConfig",
     "HealthConfig",
+    "AttributionConfig",
+    "CkptConfig",
     "LoggingConfig",
     "NvrxConfig",
     "ResolvedConfig",
     "config_keys",
+    "default_value",
     "env_var_name",
     "parse_overrides",
     "load_config",
@@ -77,9 +86,30 @@ RUNTIME_ENV_VARS = frozenset(
         "NVRX_NODE",
         "NVRX_RUN_DIR",
         "NVRX_RESTART_COUNT",
-        "NVRX_GPU_BACKEND",
+        "NVRX_TOKEN_FILE",
+        "NVRX_WORKER_PID",
+        "NVRX_FAILURE_DOMAIN",
+        "NVRX_CKPT_KEY_FILE",
     }
 )
+
+# Old names, read below the new ones with a deprecation warning (NVRX_ATTR_<FIELD> is attribution.<field>).
+_ENV_ALIASES = {
+    "NVRX_GPU_BACKEND": "health.gpu_backend",
+    "NVRX_HEALTH_POLICY": "health.policy_file",
+    "NVRX_HOOK_LOG": "health.hook_log",
+}
+_ATTR_ALIAS_PREFIX = "NVRX_ATTR_"
+_LEGACY_ATTR_FILE_ENV = "NVRX_ATTR_CONFIG"
+_LEGACY_ATTR_FILE = Path("/etc/nvrx-hpc/attribution.toml")
+_warned: set[str] = set()
+
+
+def _deprecated(old: str, new: str) -> None:
+    # Once per process (the config is loaded more than once), and only once someone can see it.
+    if old not in _warned and log.isEnabledFor(logging.WARNING):
+        _warned.add(old)
+        log.warning("%s is deprecated and will be removed; use %s (see docs/config.md)", old, new)
 
 
 _STRING_KINDS = {  # first match wins
@@ -89,120 +119,12 @@ _STRING_KINDS = {  # first match wins
 }
 
 
-def _upper(value: Any) -> Any:
-    return value.upper() if isinstance(value, str) else value
-
-
-AbsolutePath = Annotated[str, AfterValidator(_absolute)]
-PercentTemplate = Annotated[str, AfterValidator(_absolute), AfterValidator(_percent_template)]
-RunDirTemplate = Annotated[str, AfterValidator(_format_template)]
-LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)]
-Port = Annotated[int, Field(ge=1024, le=65535)]
-Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-
-
-# ---------------------------------------------------------------- the table
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ClusterConfig(_Section):
-    """The local development cluster started by `nvrx-hpc cluster up`."""
-
-    state_dir: AbsolutePath = Field("/tmp/nvrx-cluster", description="Holds slurm.conf, logs and state.")
-    nodes: int = Field(4, ge=1, le=64, description="Number of virtual nodes (one slurmd each).")
-    cpus_per_node: int = Field(2, ge=1, le=1024, description="CPUs each virtual node advertises.")
-    ctld_port: Port = Field(16817, description="TCP port of slurmctld.")
-    slurmd_port_base: Port = Field(16901, description="First slurmd port; nodes use base, base+1, ...")
-
-    @model_validator(mode="after")
-    def _ports_do_not_collide(self) -> ClusterConfig:
-        last = self.slurmd_port_base + self.nodes - 1
-        if last > 65535:
-            raise ValueError(f"slurmd ports {self.slurmd_port_base}..{last} run past 65535")
-        if self.slurmd_port_base <= self.ctld_port <= last:
-            raise ValueError(
-                f"ctld_port {self.ctld_port} falls inside the slurmd ports {self.slurmd_port_base}..{last}"
-            )
-        return self
-
-
-class SlurmConfig(_Section):
-    """How nvrx-hpc talks to Slurm."""
-
-    backend: Literal["cli", "pyslurm"] = Field("cli", description="cli: Slurm's commands; pyslurm: its API.")
-    command_timeout_s: Seconds = Field(10.0, description="Deadline for one Slurm command, in seconds.")
-
-
-class AgentConfig(_Section):
-    """The node agent (one per node per job)."""
-
-    socket: PercentTemplate = Field(
-        "/run/nvrx/%j/agent-%n.sock", description="Unix socket of the agent; %j job id, %n node name."
-    )
-    bb_dir: PercentTemplate = Field("/dev/shm/nvrx/%j", description="Node-local burst buffer; %j, %n.")
-    record_dir: AbsolutePath = Field(
-        "/run/nvrx-hpc/agents", description="Root-only directory of the site agents' pid records and logs."
-    )
-    heartbeat_timeout_s: Seconds = Field(60.0, description="A rank silent this long after a beat is hung.")
-    initial_timeout_s: Seconds = Field(600.0, description="Deadline for a rank's first heartbeat.")
-
-    def socket_path(self, job_id: str, node: str) -> str:
-        """The socket path for one job on one node."""
-        return _expand_percent(self.socket, job_id, node)
-
-    def bb_path(self, job_id: str, node: str) -> str:
-        """The burst-buffer directory for one job on one node."""
-        return _expand_percent(self.bb_dir, job_id, node)
-
-
-class LauncherConfig(_Section):
-    """The in-allocation restart coordinator (`nvrx-hpc run`)."""
-
-    spares: int = Field(0, ge=0, description="Nodes of the allocation held back to replace failed ones.")
-    max_restarts: int = Field(3, ge=0, description="In-allocation restarts before giving up.")
-    run_dir: RunDirTemplate = Field(
-        "{submit_dir}/nvrx-runs/{job_id}", description="Run dir on shared storage."
-    )
-
-    def run_path(self, submit_dir: str, job_id: str) -> str:
-        """The run directory of one job."""
-        return self.run_dir.format(submit_dir=submit_dir, job_id=job_id)
-
-
-class HealthConfig(_Section):
-    """GPU and host health checks (Prolog, Epilog, agent health loop)."""
-
-    gpu_backend: Literal["nvml", "sim", "none"] = Field(
-        "nvml", description="nvml: real; sim: simulated; none."
-    )
-    prolog_budget_s: Seconds = Field(10.0, description="Time the Prolog health gate may spend.")
-
-
-class LoggingConfig(_Section):
-    """Operator logs (stderr)."""
-
-    level: LogLevel = Field("WARNING", description="DEBUG, INFO, WARNING, ERROR or CRITICAL (any case).")
-
-
-class NvrxConfig(_Section):
-    """The whole configuration; every field has a default, so `NvrxConfig()` is valid."""
-
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
-    agent: AgentConfig = Field(default_factory=AgentConfig)
-    launcher: LauncherConfig = Field(default_factory=LauncherConfig)
-    health: HealthConfig = Field(default_factory=HealthConfig)
-    logging: LoggingConfig = Field(default_factory=LoggingConfig)
-
-
 def _section_models() -> dict[str, type[_Section]]:
     return {name: info.annotation for name, info in NvrxConfig.model_fields.items()}  # type: ignore[misc]
 
 
 _SECTIONS = _section_models()
+_DEFAULTS = NvrxConfig()
 _KEYS = [f"{s}.{f}" for s, model in _SECTIONS.items() for f in model.model_fields]
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {}
 
@@ -284,7 +206,8 @@ def load_config(
 
     values: dict[str, Any] = {}
     sources = dict.fromkeys(_KEYS, "default")
-    layers = [file_items or [], _env_items(env), _override_items(overrides or {})]
+    aliases, env_items = _env_items(env)
+    layers = [_legacy_attribution_file(env), file_items or [], aliases, env_items, _override_items(overrides or {})]
     for layer in layers:
         for raw in layer:
             values[raw.key] = _validate(raw)
@@ -302,6 +225,41 @@ def load_config(
 
 
 def _read_file(file: Path, explicit: str | None) -> list[_Raw] | None:
+    table = _read_table(file, explicit)
+    if table is None:
+        return None
+    where = f"in {file}"
+    items = []
+    for section, body in table.items():
+        if not isinstance(body, dict):
+            raise _unknown_key(section, where, _suggest_file_key(section))
+        for field, value in body.items():
+            key = f"{section}.{field}"
+            if key not in _KEYS:
+                raise _unknown_key(key, where, _suggest_key(key))
+            items.append(_Raw(key, value, f"file:{file}", f"from {file}", from_text=False))
+    return items
+
+
+def _legacy_attribution_file(env: Mapping[str, str]) -> list[_Raw]:
+    """The old attribution file (flat keys, or under [attribution]); a missing default file is no layer."""
+    explicit = env.get(_LEGACY_ATTR_FILE_ENV)
+    file = Path(explicit) if explicit else _LEGACY_ATTR_FILE
+    table = _read_table(file, _LEGACY_ATTR_FILE_ENV if explicit else None) or {}
+    if isinstance(table.get("attribution"), dict):
+        table = table["attribution"]
+    if table:
+        _deprecated(str(file), f"[attribution] in {DEFAULT_CONFIG_PATH}")
+    items = []
+    for field, value in table.items():
+        key = f"attribution.{field}"
+        if key not in _KEYS:
+            raise _unknown_key(key, f"in {file}", _suggest_key(key))
+        items.append(_Raw(key, value, f"file:{file}", f"from {file}", from_text=False))
+    return items
+
+
+def _read_table(file: Path, explicit: str | None) -> dict[str, Any] | None:
     try:
         data = file.read_bytes()
     except FileNotFoundError:
@@ -324,24 +282,21 @@ def _read_file(file: Path, explicit: str | None) -> list[_Raw] | None:
         raise ConfigError(
             f"config file {file} is not valid TOML: {exc}", hint="fix the syntax at the line and column shown"
         ) from None
-    where = f"in {file}"
-    items = []
-    for section, body in table.items():
-        if not isinstance(body, dict):
-            raise _unknown_key(section, where, _suggest_file_key(section))
-        for field, value in body.items():
-            key = f"{section}.{field}"
-            if key not in _KEYS:
-                raise _unknown_key(key, where, _suggest_key(key))
-            items.append(_Raw(key, value, f"file:{file}", f"from {file}", from_text=False))
-    return items
+    return table
 
 
-def _env_items(env: Mapping[str, str]) -> list[_Raw]:
-    items = []
+def _env_items(env: Mapping[str, str]) -> tuple[list[_Raw], list[_Raw]]:
+    """(items from deprecated names, items from NVRX_<SECTION>__<FIELD>), each a layer of its own."""
+    items, aliases = [], []
     env_names = [env_var_name(k) for k in _KEYS]
     for name in sorted(env):
         if not name.startswith(_ENV_PREFIX) or name in RUNTIME_ENV_VARS:
+            continue
+        alias = _alias_key(name)
+        if alias is not None:
+            new = env_var_name(alias)
+            _deprecated(name, new if new not in env else f"{new} (set too: it wins)")
+            aliases.append(_Raw(alias, env[name], f"env:{name}", f"from environment variable {name}", True))
             continue
         rest = name[len(_ENV_PREFIX) :]
         if _ENV_SEP not in rest:
@@ -355,7 +310,22 @@ def _env_items(env: Mapping[str, str]) -> list[_Raw]:
             match = difflib.get_close_matches(name.upper(), env_names, n=1, cutoff=0.6)
             raise _unknown_key(name, "in the environment", repr(match[0]) if match else None, env=True)
         items.append(_Raw(key, env[name], f"env:{name}", f"from environment variable {name}", from_text=True))
-    return items
+    return aliases, items
+
+
+def _alias_key(name: str) -> str | None:
+    """The key an old variable name stands for; None when `name` is not an old name."""
+    if name in _ENV_ALIASES:
+        return _ENV_ALIASES[name]
+    if not name.startswith(_ATTR_ALIAS_PREFIX) or name == _LEGACY_ATTR_FILE_ENV:
+        return None
+    key = "attribution." + name[len(_ATTR_ALIAS_PREFIX) :].lower()
+    if key not in _KEYS:
+        raise ConfigError(
+            f"unknown attribution variable {name}",
+            hint="use NVRX_ATTRIBUTION__<FIELD>; `nvrx-hpc config show` lists the attribution.* keys",
+        )
+    return key
 
 
 def _override_items(overrides: Mapping[str, Any]) -> list[_Raw]:
@@ -378,17 +348,36 @@ def _adapter(key: str) -> TypeAdapter[Any]:
 
 def _validate(raw: _Raw) -> Any:
     adapter = _adapter(raw.key)
+    origin = getattr(_field(raw.key).annotation, "__origin__", None)
     try:
+        if raw.from_text and origin in (tuple, dict):  # "a,b" and "name=1,other=2"
+            parts = [p.strip() for p in raw.value.split(",") if p.strip()]
+            items = tuple(parts) if origin is tuple else dict(_pair(p) for p in parts)
+            return adapter.validate_python(items)
         if raw.from_text:
             return adapter.validate_strings(raw.value.strip(), strict=True)
-        return adapter.validate_python(raw.value, strict=True)
-    except ValidationError as exc:
-        reason = _reason(exc)
+        value = tuple(raw.value) if origin is tuple and isinstance(raw.value, list) else raw.value  # a TOML array
+        return adapter.validate_python(value, strict=True)
+    except (ValidationError, ValueError) as exc:
+        reason = _reason(exc) if isinstance(exc, ValidationError) else str(exc)
         raise ConfigError(
             f"{raw.key} = {raw.value!r} ({raw.where}) is invalid: {reason}; expected {_expected(raw.key)}",
-            hint=f"{raw.key}: {_field(raw.key).description} Default {_field(raw.key).default!r}; "
+            hint=f"{raw.key}: {_field(raw.key).description} Default {default_value(raw.key)!r}; "
             "see docs/config.md",
         ) from None
+
+
+def default_value(key: str) -> Any:
+    """The default of a dotted key."""
+    section, _, field = key.partition(".")
+    return getattr(getattr(_DEFAULTS, section), field)
+
+
+def _pair(item: str) -> tuple[str, str]:
+    name, sep, value = item.partition("=")
+    if not sep or not name.strip():
+        raise ValueError(f"{item!r} is not NAME=VALUE")
+    return name.strip(), value.strip()
 
 
 def _reason(exc: ValidationError) -> str:
@@ -407,14 +396,25 @@ def _expected(key: str) -> str:
     ann = info.annotation
     if getattr(ann, "__origin__", None) is Literal:
         return "one of " + ", ".join(repr(a) for a in ann.__args__)  # type: ignore[union-attr]
-    kind = {int: "an integer", float: "a number", str: "a string"}.get(ann, str(ann))  # type: ignore[call-overload]
-    checks = [getattr(meta, "func", None) for meta in info.metadata]
+    origin = getattr(ann, "__origin__", None)
+    if origin is tuple:
+        return "a list of " + ", ".join(repr(a) for a in ann.__args__[0].__args__) + " (env: comma-separated)"
+    if origin is dict:
+        return "a table of NAME = seconds > 0 (env: NAME=SECONDS,...)"
+    metadata = list(info.metadata)
+    if type(None) in getattr(ann, "__args__", ()):  # optional: unset by default
+        ann = next(a for a in ann.__args__ if a is not type(None))  # type: ignore[union-attr]
+        metadata += getattr(ann, "__metadata__", [])
+        ann = getattr(ann, "__origin__", ann)
+    kinds = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    kind = kinds.get(ann, str(ann))  # type: ignore[call-overload]
+    checks = [getattr(meta, "func", None) for meta in metadata]
     for check, words in _STRING_KINDS.items():
         if check in checks:
             kind = words
             break
     bounds = []
-    for meta in info.metadata:
+    for meta in metadata:
         for attr, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
             if isinstance(meta, getattr(annotated_types, attr.capitalize())):
                 bounds.append(f"{op} {getattr(meta, attr)}")

@@ -10,6 +10,8 @@ __all__ = [
     "NvrxError",
     "ConfigError",
     "ProtocolError",
+    "AuthError",
+    "PeerUnreachable",
     "SlurmError",
     "SlurmCommandError",
     "SlurmParseError",
@@ -46,6 +48,18 @@ class ProtocolError(NvrxError):
     """A wire frame was rejected: bad length, version, MAC, or payload."""
 
     exit_code = ExitCode.USAGE
+
+
+class AuthError(ProtocolError):
+    """A peer's frame failed its MAC check: it holds another token, or the frame was altered. Not a usage error."""
+
+    exit_code = ExitCode.AUTH
+
+
+class PeerUnreachable(NvrxError):
+    """Another nvrx-hpc process (the launcher, an agent, the service) does not answer at its address."""
+
+    exit_code = ExitCode.UNAVAILABLE
 
 
 class SlurmError(NvrxError):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from nvrx_hpc.core.errors import ProtocolError
+from nvrx_hpc.core.errors import AuthError, ProtocolError
 
 if TYPE_CHECKING:  # asyncio is imported where used: a worker's link thread never needs it
     import asyncio
@@ -147,7 +147,7 @@ class Codec:
             )
         tag, payload = body[1 : 1 + TAG_SIZE], body[1 + TAG_SIZE :]
         if not hmac.compare_digest(tag, self._tag(body[:1] + payload)):
-            raise ProtocolError(
+            raise AuthError(
                 "bad MAC (wrong token?)",
                 hint="the peer uses another job's token, or the frame was altered in transit",
             )

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvrx_hpc.core.config import default_value
+
 __all__ = ["SitePaths", "MANIFEST_NAME"]
 
 MANIFEST_NAME = "installed.json"
@@ -74,4 +76,4 @@ class SitePaths:
     @property
     def hook_log(self) -> Path | None:
         """Under a prefix the hooks log there too; otherwise the default (/var/log/nvrx-hpc/hooks.jsonl)."""
-        return self._at("/var/log/nvrx-hpc/hooks.jsonl") if self.prefix else None
+        return self._at(default_value("health.hook_log")) if self.prefix else None

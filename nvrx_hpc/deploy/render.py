@@ -20,7 +20,7 @@ def hook_wrapper(kind: str, python: str, paths: SitePaths, version: str) -> str:
     """
     env = {"NVRX_CONFIG": str(paths.config)}
     if paths.hook_log is not None:
-        env["NVRX_HOOK_LOG"] = str(paths.hook_log)
+        env["NVRX_HEALTH__HOOK_LOG"] = str(paths.hook_log)
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return (
         "#!/bin/sh\n"
@@ -53,6 +53,12 @@ def plugstack_include(paths: SitePaths) -> str:
 
 
 def _toml_value(value: object) -> str:
+    if value is None:  # TOML has no null: unset by default
+        return '""'
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -76,7 +82,9 @@ def commented_config(version: str) -> str:
         doc = (type(model).__doc__ or "").strip().splitlines()[0]
         lines += ["", f"[{section}]  # {doc}"]
         for name, field in type(model).model_fields.items():
-            lines.append(f"# {name} = {_toml_value(getattr(model, name))}  # {field.description or ''}".rstrip())
+            value = getattr(model, name)
+            unset = "(unset by default) " if value is None else ""
+            lines.append(f"# {name} = {_toml_value(value)}  # {unset}{field.description or ''}".rstrip())
     return "\n".join(lines) + "\n"
 
 

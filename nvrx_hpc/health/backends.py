@@ -1,7 +1,7 @@
 """Choosing the GPU backend: always explicit, never a silent fallback.
 
-The name comes from `NVRX_GPU_BACKEND` when set (a run-time switch, e.g. for one shell), else from
-the config key `health.gpu_backend` (`NVRX_HEALTH__GPU_BACKEND`, the site TOML; default `nvml`):
+The name is the config key `health.gpu_backend` (`NVRX_HEALTH__GPU_BACKEND`, the site TOML, a flag;
+default `nvml`; the old `NVRX_GPU_BACKEND` still reads, below the new name, with a warning):
 
 | name | what the GPU checks read |
 |---|---|
@@ -12,8 +12,6 @@ the config key `health.gpu_backend` (`NVRX_HEALTH__GPU_BACKEND`, the site TOML; 
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
 
@@ -22,24 +20,9 @@ from nvrx_hpc.core.errors import ConfigError
 from nvrx_hpc.health.api import GpuBackend, GpuUnavailable
 from nvrx_hpc.slurm.devcluster.layout import Layout
 
-__all__ = ["BACKEND_ENV", "GPU_BACKENDS", "NoGpuBackend", "gpu_backend_name", "open_gpu_backend", "sim_fault_dir"]
+__all__ = ["GPU_BACKENDS", "NoGpuBackend", "open_gpu_backend", "sim_fault_dir"]
 
-BACKEND_ENV = "NVRX_GPU_BACKEND"
 GPU_BACKENDS = ("nvml", "sim", "none")
-
-
-def gpu_backend_name(config: NvrxConfig, env: Mapping[str, str] = os.environ) -> tuple[str, str]:
-    """(backend name, where it came from). Raises ConfigError for a value that is not a backend."""
-    raw = env.get(BACKEND_ENV, "").strip()
-    if raw:
-        name = raw.lower()
-        if name not in GPU_BACKENDS:
-            raise ConfigError(
-                f"{BACKEND_ENV}={raw!r} is not a GPU backend; expected one of {', '.join(GPU_BACKENDS)}",
-                hint=f"unset {BACKEND_ENV} to use health.gpu_backend from the config",
-            )
-        return name, f"environment variable {BACKEND_ENV}"
-    return config.health.gpu_backend, "config health.gpu_backend"
 
 
 def sim_fault_dir(config: NvrxConfig) -> Path:

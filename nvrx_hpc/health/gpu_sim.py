@@ -2,7 +2,7 @@
 
 It implements the same `GpuBackend` protocol as the NVML backend, so the checks, the policy, the
 drain and the exclusion code all run for real; only the readings are made up. It is chosen
-explicitly (`health.gpu_backend = "sim"` or `NVRX_GPU_BACKEND=sim`), never as a fallback.
+explicitly (`health.gpu_backend = "sim"` or `NVRX_HEALTH__GPU_BACKEND=sim`), never as a fallback.
 
 A healthy simulated node has 4 GPUs ("Simulated H100"), no ECC errors, 4 NVLinks up, PCIe gen 5 x16,
 35 C, no processes. Faults are re-read whenever the node's file changes, so faults injected while

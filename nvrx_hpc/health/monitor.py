@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from nvrx_hpc.core.config import NvrxConfig
 from nvrx_hpc.health.api import CheckResult, GpuBackend, HealthReport, Level, Verdict, XidEvent, XidSource
-from nvrx_hpc.health.backends import gpu_backend_name, open_gpu_backend
+from nvrx_hpc.health.backends import open_gpu_backend
 from nvrx_hpc.health.metrics import HealthMetrics
 from nvrx_hpc.health.policy import HealthPolicy, load_policy
 from nvrx_hpc.health.registry import CounterHistory
@@ -116,8 +116,8 @@ class HealthMonitor:
         policy: HealthPolicy | None = None,
         **kwargs,
     ) -> HealthMonitor:
-        """The backend from `health.gpu_backend` / NVRX_GPU_BACKEND, the policy from its file, default listeners."""
-        name, _ = gpu_backend_name(config, env)
+        """The backend from `health.gpu_backend`, the policy from its file, default listeners."""
+        name = config.health.gpu_backend
         gpu = open_gpu_backend(name, node=node, config=config)
         return cls(node=node, gpu=gpu, policy=policy or load_policy(env=env), on_fatal=on_fatal, config=config,
                    env=env, **kwargs)  # fmt: skip

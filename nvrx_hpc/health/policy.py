@@ -4,8 +4,9 @@ The policy is data, not code. Its defaults live in the packaged `default_policy.
 they are written); a site overrides any key in a TOML file, merged key by key over the defaults:
 
 1. the `path` given to `load_policy()` (`--policy` on the command line),
-2. else `$NVRX_HEALTH_POLICY`,
-3. else `/etc/nvrx-hpc/health-policy.toml` when it exists,
+2. else the config key `health.policy_file` when it is set (`NVRX_HEALTH__POLICY_FILE`, the site TOML;
+   the old `NVRX_HEALTH_POLICY` still reads): it must exist,
+3. else its default, `/etc/nvrx-hpc/health-policy.toml`, when it exists,
 4. else the packaged defaults alone.
 
 Every section is a frozen pydantic model with `extra="forbid"`: an unknown key or a bad value raises
@@ -24,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nvrx_hpc.core.config import default_value, load_config
 from nvrx_hpc.health.api import HealthPolicyError, Verdict
 
 if sys.version_info >= (3, 11):
@@ -42,8 +44,8 @@ __all__ = [
 ]
 
 DEFAULT_POLICY_FILE = Path(str(resources.files("nvrx_hpc.health").joinpath("default_policy.toml")))  # package data
-SITE_POLICY_PATH = Path("/etc/nvrx-hpc/health-policy.toml")
-POLICY_PATH_ENV = "NVRX_HEALTH_POLICY"
+SITE_POLICY_PATH = Path(default_value("health.policy_file"))
+POLICY_PATH_ENV = "NVRX_HEALTH_POLICY"  # the old name of NVRX_HEALTH__POLICY_FILE, still read
 
 Action = Literal["ignore", "warn", "fatal"]
 NonNegInt = Field(ge=0)
@@ -186,7 +188,7 @@ def _read(path: Path, why: str) -> dict[str, Any]:
     except FileNotFoundError:
         raise HealthPolicyError(
             f"health policy file {path} ({why}) does not exist",
-            hint=f"check the path, or unset {POLICY_PATH_ENV} to use {SITE_POLICY_PATH} or the packaged defaults",
+            hint=f"check the path, or leave health.policy_file at its default ({SITE_POLICY_PATH}, optional)",
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise HealthPolicyError(f"cannot read health policy file {path}: {exc}") from None
@@ -240,6 +242,15 @@ def _coerce(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _configured_policy(env: Mapping[str, str]) -> tuple[Path | None, str]:
+    """The site file from `health.policy_file`: set anywhere, it must exist; at its default, only if it does."""
+    resolved = load_config(env=env)
+    site, source = Path(resolved.config.health.policy_file), resolved.sources["health.policy_file"]
+    if source == "default":
+        return (site, "site policy") if site.is_file() else (None, "")
+    return site, f"health.policy_file ({source})"
+
+
 def load_policy(
     path: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] = os.environ,
@@ -252,17 +263,9 @@ def load_policy(
     """
     data = _read(DEFAULT_POLICY_FILE, "packaged defaults")
     sources = [str(DEFAULT_POLICY_FILE)]
-    site: Path | None = None
-    if path is not None:
-        site = Path(path)
-        data = _merge(data, _read(site, "--policy"), f"in {site}")
-    elif env.get(POLICY_PATH_ENV):
-        site = Path(env[POLICY_PATH_ENV])
-        data = _merge(data, _read(site, f"${POLICY_PATH_ENV}"), f"in {site}")
-    elif SITE_POLICY_PATH.is_file():
-        site = SITE_POLICY_PATH
-        data = _merge(data, _read(site, "site policy"), f"in {site}")
+    site, what = (Path(path), "--policy") if path is not None else _configured_policy(env)
     if site is not None:
+        data = _merge(data, _read(site, what), f"in {site}")
         sources.append(str(site))
     if overrides:
         data = _merge(data, overrides, "in the overrides")

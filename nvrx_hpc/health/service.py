@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from nvrx_hpc.core.config import NvrxConfig
 from nvrx_hpc.health.api import GpuBackend, HealthReport, Level
-from nvrx_hpc.health.backends import gpu_backend_name, open_gpu_backend
+from nvrx_hpc.health.backends import open_gpu_backend
 from nvrx_hpc.health.policy import HealthPolicy
 from nvrx_hpc.health.registry import CheckContext, CounterHistory, select_checks
 from nvrx_hpc.health.runner import run_checks
@@ -45,17 +45,15 @@ def run_health(
     """Run the checks of `level` (or exactly `checks`) on `node` within `budget_s` seconds.
 
     `gpu`: a backend the caller owns (kept open); otherwise one is opened from the config
-    (`gpu_backend_name`) and closed afterwards, unless a check still hangs inside NVML.
+    (`health.gpu_backend`) and closed afterwards, unless a check still hangs inside NVML.
 
     Raises:
-        ConfigError: NVRX_GPU_BACKEND names no backend.
         HealthPolicyError: an unknown check name.
     """
     selected = select_checks(level, checks)
     own = gpu is None
     if gpu is None:
-        name, _ = gpu_backend_name(config, env)
-        gpu = open_gpu_backend(name, node=node, config=config)
+        gpu = open_gpu_backend(config.health.gpu_backend, node=node, config=config)
     ctx = CheckContext(
         node=node,
         gpu=gpu,

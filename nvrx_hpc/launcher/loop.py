@@ -395,13 +395,12 @@ class Launcher:
                        unsure)
 
     def _timeouts(self) -> dict:
-        calibrate = self.s.heartbeat_timeout is None
         return {
-            "initial": self.s.initial_timeout if self.s.initial_timeout is not None else 600.0,
-            "heartbeat": self.s.heartbeat_timeout if self.s.heartbeat_timeout is not None else 60.0,
+            "initial": self.s.initial_timeout,
+            "heartbeat": self.s.heartbeat_timeout,
             "sections": dict(self.s.section_timeouts),
             "out_of_section": None,
-            "calibrate": calibrate,
+            "calibrate": self.s.calibrate_heartbeat,
         }
 
     def _drain_queue(self) -> None:

@@ -133,15 +133,13 @@ def test_summary_line():
 
 
 def test_settings_precedence_and_errors(tmp_path):
-    f = tmp_path / "attribution.toml"
-    f.write_text('post = ["file"]\nwebhook_url = "http://file"\n[x]\n')
-    with pytest.raises(ConfigError, match="unknown attribution setting 'x'"):
-        load_settings({}, path=f)
+    f = tmp_path / "config.toml"
     f.write_text('[attribution]\npost = ["file"]\nwebhook_url = "http://file"\npost_retries = 1\n')
-    env = {"NVRX_ATTR_CONFIG": str(f), "NVRX_ATTR_POST": "webhook, slack", "NVRX_ATTR_POST_RETRIES": "4"}
-    s = load_settings(env, overrides={"post_retries": 2})
+    env = {"NVRX_ATTRIBUTION__POST": "webhook, slack", "NVRX_ATTRIBUTION__POST_RETRIES": "4"}
+    s = load_settings(env, overrides={"post_retries": 2}, path=f)
     assert s.post == ("webhook", "slack") and s.webhook_url == "http://file" and s.post_retries == 2
-    with pytest.raises(ConfigError, match=r"post_retries = '99' \(from NVRX_ATTR_POST_RETRIES\) is invalid"):
+    assert load_settings({"NVRX_ATTR_POST_RETRIES": "4"}, path=f).post_retries == 4  # the old name, deprecated
+    with pytest.raises(ConfigError, match=r"post_retries = '99' \(from environment variable NVRX_ATTR_POST_RETRIES\)"):
         load_settings({"NVRX_ATTR_POST_RETRIES": "99"}, path=f)
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings({"NVRX_ATTR_CONFIG": str(tmp_path / "nope.toml")})

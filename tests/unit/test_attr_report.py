@@ -89,7 +89,7 @@ def test_cli_human_output_on_loose_files(run_dir):
     [
         (["/nonexistent/run"], "no such file or directory: /nonexistent/run"),
         ([], "no run directory or file given"),
-        (["{case}", "--engine", "turbo"], "attribution setting engine = 'turbo' (from the command line) is invalid"),
+        (["{case}", "--engine", "turbo"], "attribution.engine = 'turbo' (from the command line) is invalid"),
         (["{case}", "--budget-s", "-1"], "--budget-s -1 must be above 0"),
         (["--nodes"], "--fetch and --nodes need --server URL"),
     ],

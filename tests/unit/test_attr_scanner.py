@@ -4,6 +4,7 @@ finds the same hits, ranks/nodes/GPUs/times are pulled out of the line shapes jo
 from __future__ import annotations
 
 import os
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -13,8 +14,10 @@ from nvrx_hpc.attribution.api import Category, Role
 from nvrx_hpc.attribution.lines import LineContext, classify_line, parse_time, split_prefix
 from nvrx_hpc.attribution.scanner import Scanner, available_engines, prefilter_anchors
 from nvrx_hpc.attribution.signatures import CATALOG, catalog_by_id
-from nvrx_hpc.attribution.synthetic import FAILURE_LINES, write_log
 from nvrx_hpc.core.errors import AttributionError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from _gen.synthetic_logs import FAILURE_LINES, write_log  # noqa: E402  (test data lives beside the benchmarks)
 
 
 def ctx(source: str = "log", **kw) -> LineContext:

@@ -67,17 +67,17 @@ def test_partner_on_one_node_is_refused_before_anything_runs(tmp_path):
 ])
 def test_bad_settings_name_the_field(kwargs, words):
     with pytest.raises(CheckpointError, match=words):
-        CheckpointSettings.build(**kwargs)
+        CheckpointSettings.from_config(**kwargs)
 
 
 def test_bb_dir_comes_from_the_environment(monkeypatch):
     monkeypatch.delenv("NVRX_BB_DIR", raising=False)
     with pytest.raises(CheckpointError, match="no burst-buffer directory"):
-        CheckpointSettings.build()
+        CheckpointSettings.from_config()
     monkeypatch.setenv("NVRX_BB_DIR", "/dev/shm/nvrx/42")
     monkeypatch.setenv("SLURMD_NODENAME", "n7")
     monkeypatch.delenv("NVRX_FAILURE_DOMAIN", raising=False)
-    s = CheckpointSettings.build()
+    s = CheckpointSettings.from_config()
     assert s.bb_path() == "/dev/shm/nvrx/42" and s.failure_domain == "n7"
 
 
@@ -139,3 +139,12 @@ def test_a_failure_seen_by_load_is_still_raised_by_the_next_save(tmp_path):
         ck.wait()
     ck.wait()  # raised once
     ck.close()
+
+
+def test_ckpt_keys_of_the_config_are_the_defaults_and_keywords_win(monkeypatch):
+    monkeypatch.setenv("NVRX_CONFIG", "/dev/null")  # no site file: only the environment below
+    monkeypatch.setenv("NVRX_CKPT__KEEP", "5")
+    monkeypatch.setenv("NVRX_CKPT__SCHEME", "xor")
+    s = CheckpointSettings.from_config(bb_dir="/x")
+    assert (s.keep, s.scheme) == (5, "xor") and s.scheme.value == "xor"  # the enum the save path reads
+    assert CheckpointSettings.from_config(bb_dir="/x", keep=3).keep == 3

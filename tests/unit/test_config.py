@@ -13,6 +13,7 @@ from nvrx_hpc.core import config as config_mod
 from nvrx_hpc.core.config import (
     NvrxConfig,
     config_keys,
+    default_value,
     env_var_name,
     load_config,
     parse_overrides,
@@ -27,6 +28,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 def no_site_file(tmp_path, monkeypatch):
     """Whatever /etc/nvrx-hpc holds on this machine, tests see no site file unless they write one."""
     monkeypatch.setattr(config_mod, "DEFAULT_CONFIG_PATH", tmp_path / "absent" / "config.toml")
+    monkeypatch.setattr(config_mod, "_LEGACY_ATTR_FILE", tmp_path / "absent" / "attribution.toml")
+    monkeypatch.setattr(config_mod, "_warned", set())
 
 
 def write(tmp_path: Path, text: str, name: str = "config.toml") -> Path:
@@ -139,7 +142,6 @@ def test_runtime_nvrx_variables_are_not_config():
             "NVRX_NODE",
             "NVRX_RUN_DIR",
             "NVRX_RESTART_COUNT",
-            "NVRX_GPU_BACKEND",
             "NVRX_SOMETHING_ELSE",
         )
     }
@@ -151,6 +153,43 @@ def test_single_underscore_is_ignored_with_a_warning(caplog):
         resolved = load_config(env={"NVRX_CLUSTER_NODES": "8"})
     assert resolved.config.cluster.nodes == 4
     assert "NVRX_CLUSTER_NODES is not read as config; did you mean NVRX_CLUSTER__NODES?" in caplog.text
+
+
+def test_old_names_are_deprecated_aliases_below_the_new_ones(caplog):
+    with caplog.at_level(logging.WARNING, logger="nvrx_hpc.core.config"):
+        old = load_config(env={"NVRX_GPU_BACKEND": "sim", "NVRX_ATTR_POST": "file, webhook"})
+    assert old.config.health.gpu_backend == "sim" and old.sources["health.gpu_backend"] == "env:NVRX_GPU_BACKEND"
+    assert old.config.attribution.post == ("file", "webhook")
+    assert "NVRX_GPU_BACKEND is deprecated and will be removed; use NVRX_HEALTH__GPU_BACKEND" in caplog.text
+    assert "NVRX_ATTR_POST is deprecated and will be removed; use NVRX_ATTRIBUTION__POST" in caplog.text
+    both = load_config(env={"NVRX_GPU_BACKEND": "sim", "NVRX_HEALTH__GPU_BACKEND": "none"})
+    assert both.config.health.gpu_backend == "none"  # the old name never overrides the new one
+    assert config_error(env={"NVRX_GPU_BACKEND": "cuda"}).message.startswith(
+        "health.gpu_backend = 'cuda' (from environment variable NVRX_GPU_BACKEND) is invalid")
+    unknown = config_error(env={"NVRX_ATTR_WEBHOOK_URLL": "x"})
+    assert unknown.message == "unknown attribution variable NVRX_ATTR_WEBHOOK_URLL"
+
+
+def test_the_old_attribution_file_is_a_layer_below_the_config_file(tmp_path, caplog):
+    old = write(tmp_path, "post = ['file']\npost_retries = 4\n", "attribution.toml")
+    new = write(tmp_path, "[attribution]\npost_retries = 6\n")
+    with caplog.at_level(logging.WARNING, logger="nvrx_hpc.core.config"):
+        resolved = load_config(new, env={"NVRX_ATTR_CONFIG": str(old)})
+    assert resolved.config.attribution.post == ("file",) and resolved.config.attribution.post_retries == 6
+    assert resolved.sources["attribution.post"] == f"file:{old}" and f"{old} is deprecated" in caplog.text
+    bogus = write(tmp_path, "bogus = 1\n", "a.toml")
+    assert "'attribution.bogus'" in config_error(env={"NVRX_ATTR_CONFIG": str(bogus)}).message
+    assert "does not exist" in config_error(env={"NVRX_ATTR_CONFIG": str(tmp_path / "nope.toml")}).message
+
+
+def test_lists_and_tables_from_text_and_toml(tmp_path):
+    env = {"NVRX_LAUNCHER__SECTION_TIMEOUTS": "checkpoint=600, eval=30"}
+    assert load_config(env=env).config.launcher.section_timeouts == {"checkpoint": 600.0, "eval": 30.0}
+    path = write(tmp_path, "[launcher]\nsection_timeouts = {checkpoint = 600}\n[attribution]\npost = ['slack']\n")
+    resolved = load_config(path, env={})
+    assert resolved.config.launcher.section_timeouts == {"checkpoint": 600.0}
+    assert resolved.config.attribution.post == ("slack",)
+    assert "'eval' is not NAME=VALUE" in config_error(env={"NVRX_LAUNCHER__SECTION_TIMEOUTS": "eval"}).message
 
 
 # ---------------------------------------------------------------- unknown keys
@@ -324,12 +363,18 @@ def test_parse_overrides_rejects_items_without_equals():
 # ---------------------------------------------------------------- docs
 
 
-def test_docs_list_every_key_its_env_var_and_default():
-    text = DOCS.read_text()
-    defaults = NvrxConfig()
-    for key in config_keys():
-        section, _, field = key.partition(".")
-        assert f"`{key}`" in text, key
-        assert f"`{env_var_name(key)}`" in text, key
-        default = getattr(getattr(defaults, section), field)
-        assert re.search(re.escape(f"`{default}`"), text), (key, default)
+def _doc_default(value) -> str:
+    if value is None:
+        return "unset"
+    shown = {True: "true", False: "false", (): "[]"}.get(value, value) if isinstance(value, (bool, tuple)) else value
+    return f"`{shown}`"
+
+
+def test_docs_table_is_the_config_table_key_for_key():
+    rows = [line for line in DOCS.read_text().splitlines() if re.match(r"\| `[a-z_]+\.[a-z_]+` \|", line)]
+    documented = [row.split("`")[1] for row in rows]
+    assert documented == config_keys()  # every key, no key that does not exist, in table order
+    for key, row in zip(documented, rows, strict=True):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2] == _doc_default(default_value(key)), (key, cells[2])
+        assert cells[3] == f"`{env_var_name(key)}`", key

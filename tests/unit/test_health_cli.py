@@ -79,7 +79,8 @@ def test_health_usage_errors():
     unknown = nvrx("health", "--check", "gpu.nope", "--backend", "none")
     assert unknown.returncode == 2 and "unknown health check gpu.nope" in unknown.stderr
     env_bad = nvrx("health", env={"NVRX_GPU_BACKEND": "cuda"})
-    assert env_bad.returncode == 2 and "NVRX_GPU_BACKEND='cuda' is not a GPU backend" in env_bad.stderr
+    assert env_bad.returncode == 2
+    assert "health.gpu_backend = 'cuda' (from environment variable NVRX_GPU_BACKEND) is invalid" in env_bad.stderr
 
 
 def test_fault_command_errors(state_dir):

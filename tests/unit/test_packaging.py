@@ -57,6 +57,7 @@ def test_sdist_and_wheel_carry_templates_and_spank_sources(wheel_env):
     assert not [w for w in wanted if w not in in_sdist], sorted(in_sdist)
     assert not [w for w in wanted if w not in in_wheel], sorted(in_wheel)
     assert not [n for n in in_wheel if n.endswith((".so", ".o", ".d"))]  # no build output travels
+    assert not [n for n in in_wheel if "synth" in n]  # test-data generators live in benchmarks/_gen
     with zipfile.ZipFile(wheel_env.wheel) as wheel:
         metadata = next(wheel.read(n).decode() for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist: torch")]

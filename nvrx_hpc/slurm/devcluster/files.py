@@ -82,7 +82,7 @@ def _hook_wrapper(kind: str, layout: Layout) -> str:
     import_root = Path(nvrx_hpc.__file__).resolve().parent.parent
     env = {
         "PYTHONPATH": str(import_root),
-        "NVRX_HOOK_LOG": str(layout.log / "hooks.jsonl"),
+        "NVRX_HEALTH__HOOK_LOG": str(layout.log / "hooks.jsonl"),
         "NVRX_CLUSTER__STATE_DIR": str(layout.root),
         # No GPUs here: the health gate reads simulated GPUs and the faults injected under gpu-faults/.
         "NVRX_HEALTH__GPU_BACKEND": "sim",
