@@ -13,7 +13,8 @@ as the job's user (initgroups, setgid, setuid in the child) and returns; that ch
 takes the lock and opens the log with O_NOFOLLOW, with nothing more than the user's own rights.
 
 Where the run directory comes from, first hit wins: `NVRX_RUN_DIR`, `SPANK_NVRX_RUN_DIR` (what the
-SPANK plugin can pass through the job-control environment), `SLURM_JOB_WORK_DIR` (newer Slurm), and
+SPANK plugin can pass through the job-control environment), the path the launcher recorded on the batch
+host (`core.run_pointer`: a `--run-dir` of the user's choice), `SLURM_JOB_WORK_DIR` (newer Slurm), and
 last the job's WorkDir from `scontrol -o show job` (Slurm 22.05 gives the Epilog no directory),
 each with the launcher's run-dir template (`{submit_dir}/nvrx-runs/{job_id}` by default).
 """
@@ -23,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pwd
 import socket
 import stat
 import subprocess
@@ -33,6 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from nvrx_hpc.attribution.settings import AttributionSettings, load_settings
+from nvrx_hpc.core.as_user import child_env, job_user, spawn_detached
+from nvrx_hpc.core.run_pointer import read_run_pointer
 
 __all__ = ["trigger_from_epilog", "run_here", "job_failed", "find_run_dir", "take_lock", "LOG_NAME"]
 
@@ -90,6 +92,9 @@ def find_run_dir(env: Mapping[str, str], job_id: str, *, slurm_timeout: float = 
         if env.get(var):
             path = Path(env[var])
             return path if path.is_dir() else None
+    pointed = read_run_pointer(job_id)  # what the launcher recorded on this node (`nvrx-hpc run --run-dir`)
+    if pointed is not None:
+        return pointed
     work_dir = env.get("SLURM_JOB_WORK_DIR") or _scontrol_work_dir(job_id, slurm_timeout)
     if not work_dir:
         return None
@@ -119,40 +124,9 @@ def _open_log(run_dir: Path) -> int:
     return fd
 
 
-def _job_user(env: Mapping[str, str]) -> tuple[int, int, str] | None:
-    """(uid, gid, name) of the job's user from the Epilog's environment; None when it cannot be told."""
-    try:
-        entry = pwd.getpwuid(int(env["SLURM_JOB_UID"]))
-    except (KeyError, ValueError):
-        return None
-    gid = int(env["SLURM_JOB_GID"]) if env.get("SLURM_JOB_GID", "").isdigit() else entry.pw_gid
-    return entry.pw_uid, gid, entry.pw_name
-
-
 def _analysis_argv(run_dir: Path, job_id: str, budget: float) -> list[str]:
     return [sys.executable, "-m", "nvrx_hpc", "attribute", str(run_dir), "--epilog", "--job-id", job_id,
             "--budget-s", f"{budget:g}"]  # fmt: skip
-
-
-def _child_env(env: Mapping[str, str]) -> dict[str, str]:
-    child_env = dict(os.environ)
-    child_env.update({k: v for k, v in env.items() if isinstance(v, str)})
-    return child_env
-
-
-def _spawn_detached(env: Mapping[str, str], user: tuple[int, int, str] | None) -> int:
-    """Start `python -m nvrx_hpc.attribution.trigger` detached; with `user`, as that user (initgroups, setgid,
-    setuid in the child): everything that touches the run directory happens there, never as root."""
-    creds: dict = {}
-    if user is not None:
-        uid, gid, name = user
-        creds = {"user": uid, "group": gid, "extra_groups": os.getgrouplist(name, gid)}
-    proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module, argv list
-        [sys.executable, "-m", "nvrx_hpc.attribution.trigger"], stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_child_env(env), start_new_session=True,
-        close_fds=True, cwd="/", **creds,
-    )  # fmt: skip
-    return proc.pid
 
 
 def run_here(env: Mapping[str, str], settings: AttributionSettings) -> int | None:
@@ -176,7 +150,7 @@ def run_here(env: Mapping[str, str], settings: AttributionSettings) -> int | Non
     try:
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module, argv list
             _analysis_argv(run_dir, job_id, settings.epilog_budget_s), stdin=subprocess.DEVNULL, stdout=fd,
-            stderr=fd, env=_child_env(env), close_fds=True, cwd="/",
+            stderr=fd, env=child_env(env), close_fds=True, cwd="/",
         )  # fmt: skip
     finally:
         os.close(fd)
@@ -202,12 +176,11 @@ def trigger_from_epilog(env: Mapping[str, str]) -> None:
         if failed is False:
             log.debug("[job %s] ended well; no attribution", job_id)
             return
-        user = _job_user(env)
+        user = job_user(env)
         if user is None and os.geteuid() == 0:
             log.warning("[job %s] no SLURM_JOB_UID in the Epilog's environment; no attribution as root", job_id)
             return
-        as_other = user is not None and os.geteuid() == 0 and user[0] != 0
-        pid = _spawn_detached(env, user if as_other else None)
+        pid = spawn_detached("nvrx_hpc.attribution.trigger", env, user)
         log.info("[job %s] attribution started (pid %d)", job_id, pid)
     except Exception:  # fail open: the Epilog must succeed whatever happens here
         log.exception("[job %s] could not start the attribution", job_id)

@@ -3,7 +3,9 @@
 Each run appends one JSON line to `health.hook_log` (default /var/log/nvrx-hpc/hooks.jsonl): the job's
 context (job, node, user, exit codes, the SPANK_* variables our plugin passed) and, under `health`,
 what the health gate decided (see `nvrx_hpc.health.gate`). After a failed job the Epilog also
-starts the detached attribution of the job's run directory (`nvrx_hpc.attribution.trigger`).
+starts the detached attribution of the job's run directory (`nvrx_hpc.attribution.trigger`) and, for a
+`--nvrx` job, the detached check that requeues it when its launcher died undecided
+(`nvrx_hpc.launcher.orphan`; `launcher.epilog_requeue`).
 
 For a job submitted with `--nvrx` (the SPANK plugin passes SPANK_NVRX_ENABLED=1) on a node the gate
 passed, the Prolog also starts the job's node agent (site mode, `nvrx_hpc.agent.site`), and the Epilog
@@ -88,6 +90,7 @@ def _run_hook(kind: str, dry_run: bool = False) -> int:
         elif kind == "epilog":
             record["site_agent"] = _site_agent("epilog", env)
             _trigger_attribution(env)
+            record["orphan_check"] = _orphan_check(env)
         elif code == 0 and env.get("SPANK_NVRX_ENABLED") == "1":
             record["site_agent"] = _site_agent("prolog", env)
     except Exception as exc:  # fail open: a hook bug must never drain a node
@@ -127,6 +130,26 @@ def _trigger_attribution(env: dict[str, str]) -> None:
     except ImportError:
         return
     trigger_from_epilog(env)
+
+
+def _orphan_check(env: dict[str, str]) -> int | None:
+    """A --nvrx job (site mode): start the detached check that requeues it if its launcher died undecided
+    (`nvrx_hpc.launcher.orphan`, as the job's user); its pid, None when not started. Never raises."""
+    if env.get("SPANK_NVRX_ENABLED") != "1":
+        return None
+    try:
+        from nvrx_hpc.core.as_user import job_user, spawn_detached
+        from nvrx_hpc.launcher.orphan import MODULE, wanted
+
+        if not wanted(env, load_config(env=env).config):
+            return None
+        user = job_user(env)
+        if user is None and os.geteuid() == 0:
+            return None  # never as root for a job whose user cannot be told
+        return spawn_detached(MODULE, env, user)
+    except Exception as exc:  # fail open: the Epilog must succeed
+        log.warning("[job %s] epilog: orphan check not started: %s", env.get("SLURM_JOB_ID", "?"), exc)
+        return None
 
 
 def register(app: typer.Typer) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
+from nvrx_hpc.core.run_pointer import job_tmp_dir, write_run_pointer
 from nvrx_hpc.core.wire import load_token, new_token, save_token
 from nvrx_hpc.launcher.culprit import Finding, finding_from_event, pick_culprit
 from nvrx_hpc.launcher.evidence import gather_evidence, partition_capacity
@@ -81,6 +82,10 @@ class Launcher:
                              f"this id; its files moved to {moved}", moved_to=str(moved))  # fmt: skip
         for sub in ("logs", "stacks", "fr"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        try:  # the Epilog finds a run directory of the user's choice through it (attribution, F7 requeue)
+            write_run_pointer(self.run_dir, self.ctx.job_id)
+        except (NvrxError, OSError) as exc:
+            self.events.emit("launcher.run_pointer_failed", reason=str(getattr(exc, "message", exc)))
         token_file = self.run_dir / "token"
         if not token_file.exists():
             save_token(token_file, new_token())
@@ -148,7 +153,8 @@ class Launcher:
         env = {**os.environ, "NVRX_TOKEN_FILE": str(self.run_dir / "token"), "NVRX_RUN_DIR": str(self.run_dir)}
         self._env = env
         site = self.s.mode == "site"
-        socket_template = self.s.agent_socket if site else f"/tmp/nvrx-{os.getuid()}-{self.ctx.job_id}/agent-%n.sock"
+        own_dir = job_tmp_dir(os.getuid(), self.ctx.job_id)
+        socket_template = self.s.agent_socket if site else str(own_dir / "agent-%n.sock")
         link_args = [
             "--launcher", f"{self._advertise_host()}:{port}", "--token-file", str(self.run_dir / "token"),
             "--socket", socket_template, "--health-interval", str(self.s.health_interval_s),

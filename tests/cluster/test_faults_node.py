@@ -171,6 +171,32 @@ def test_f7_launcher_killed_the_template_requeues_and_the_job_resumes(cluster, t
     assert final_hash(run_dir) == ckpt_baseline
 
 
+def test_f7_site_mode_launcher_killed_the_epilog_requeues_and_the_job_resumes(cluster, tmp_path, ckpt_baseline):
+    """Site mode, the user's own script (no template wrapper): `exec nvrx-hpc run` in an `sbatch --nvrx`
+    job, the launcher SIGKILLed mid-run. The job fails undecided; the Epilog's detached check (as the job's
+    user) sees the launcher's status not final and requeues it; the second run continues the run directory
+    and resumes from the last committed checkpoint to the fault-free hash."""
+    job, run_dir = submit(cluster, tmp_path, "f7site", nodes=2, spares=0, fault=SLOW, run_args=("--mode", "site"),
+                          sbatch_args=("--nvrx",))  # fmt: skip
+    wait_iteration(run_dir, 5)
+    os.kill(_launcher_pid(run_dir), signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while cluster.dev.backend.job(job).restart_count < 1:  # FAILED first, then requeued by the Epilog
+        assert time.monotonic() < deadline, transcript(tmp_path, "f7site")
+        time.sleep(0.5)
+    result = wait_job(cluster, job, timeout=300)
+    assert result["state"] == "COMPLETED" and result["restarts"] == 1, transcript(tmp_path, "f7site")
+    requeued = first(run_dir, "epilog.requeue")
+    assert "not final" in requeued["reason"] and requeued["source"] == "epilog", requeued
+    assert kinds(run_dir).count("launcher.started") == 2 and "launcher.run_dir.previous_job" not in kinds(run_dir)
+    restored = [e for e in events(run_dir) if e["kind"] == "ckpt.restored"]
+    assert restored and restored[-1]["detail"]["step"] >= 4, restored
+    assert final_hash(run_dir) == ckpt_baseline
+    # Its second run ended decided: the Epilog after it requeues nothing.
+    time.sleep(3)
+    assert kinds(run_dir).count("epilog.requeue") == 1 and cluster.dev.backend.job(job).restart_count == 1
+
+
 def test_a_job_the_partition_cannot_hold_stops_instead_of_pending_forever(cluster, tmp_path):
     """A 4-node job on the 4-node cluster loses a node to exclusion (--exclude-after 1) with no spare: a
     requeue excluding it could never start, so the launcher stops with DO_NOT_REQUEUE and says why, and

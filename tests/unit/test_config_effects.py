@@ -17,6 +17,7 @@ from nvrx_hpc.core.config import ResolvedConfig, config_keys, default_value, env
 from nvrx_hpc.health.backends import open_gpu_backend
 from nvrx_hpc.health.monitor import HealthMonitor
 from nvrx_hpc.health.policy import DEFAULT_POLICY_FILE
+from nvrx_hpc.launcher import orphan
 from nvrx_hpc.launcher.settings import RunSettings
 from nvrx_hpc.slurm.backend import get_backend
 
@@ -33,7 +34,7 @@ CHANGED = {
     "launcher.spares": "1", "launcher.max_restarts": "9", "launcher.max_no_progress": "5", "launcher.min_nodes": "2",
     "launcher.run_dir": "/scratch/{job_id}", "launcher.mode": "site", "launcher.section_timeouts": "ckpt=60",
     "launcher.stop_grace_s": "1", "launcher.health_interval_s": "0", "launcher.exclude_after": "1",
-    "launcher.exclude_window_s": "60", "launcher.attribution": "false",
+    "launcher.exclude_window_s": "60", "launcher.attribution": "false", "launcher.epilog_requeue": "false",
     "health.gpu_backend": "none", "health.prolog_budget_s": "2", "health.policy_file": str(DEFAULT_POLICY_FILE),
     "health.hook_log": "/tmp/hooks.jsonl",
     "attribution.post": "file", "attribution.engine": "python", "attribution.file_path": "/tmp/r.jsonl",
@@ -77,6 +78,7 @@ def _agent_paths(r: ResolvedConfig, _env: dict[str, str]) -> object:
 
 # The code each key feeds, by key or section: what it builds from the config (and the environment it reads).
 CONSUMERS = {
+    "launcher.epilog_requeue": lambda r, _e: orphan.wanted({"SPANK_NVRX_ENABLED": "1"}, r.config),
     "launcher": _run_settings, "agent.heartbeat_timeout_s": _run_settings, "agent.initial_timeout_s": _run_settings,
     "agent": _agent_paths, "slurm": _slurm, "health": _health,
     "ckpt": lambda r, _e: CheckpointSettings.from_config(r.config.ckpt, bb_dir="/bb", failure_domain="n1").model_dump(),

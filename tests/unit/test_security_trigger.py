@@ -11,7 +11,8 @@ import pytest
 
 from nvrx_hpc.attribution.pipeline import _Budget
 from nvrx_hpc.attribution.settings import load_settings
-from nvrx_hpc.attribution.trigger import LOG_NAME, _job_user, run_here, take_lock
+from nvrx_hpc.attribution.trigger import LOG_NAME, run_here, take_lock
+from nvrx_hpc.core.as_user import job_user as _job_user
 from nvrx_hpc.core.errors import AttributionError
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
