@@ -206,6 +206,9 @@ class Scanner:
             size = path.stat().st_size
             if self.engine == "grep" and size > 1024 * 1024:
                 return self._grep_file(path, size, ctx)
+            if size <= self.chunk_size:  # most logs: one read, no threads to start
+                data = path.read_bytes()
+                return self._scan(data, len(data), ctx, 1)[0]
             return self._scan_chunks(path, ctx)
         except OSError as exc:
             raise AttributionError(f"{ctx.source}: cannot read: {exc.strerror or exc}") from None
