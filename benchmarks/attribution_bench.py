@@ -9,7 +9,8 @@ Figures, all from one run:
   in catalog order, and against the whole catalog as one pattern; the faster of the two is the
   baseline), on the first `--baseline-mb` MB (default 20) of the same log
 - grep_e: GNU `grep -E -c` with the same catalog as one POSIX pattern, on the whole log
-- ratios: auto engine / python_re and auto engine / grep_e; the goal is >= 150 MB/s and >= 2x python_re
+- ratios: auto engine / python_re and auto engine / grep_e; the goal is >= 2x grep_e (the baseline that
+  counts: a tool anyone would reach for) and >= 150 MB/s; without grep, >= 2x python_re stands in
 - fr: seconds to load and analyse `--dumps` generated rank dumps (default 1024; 8-way TP groups, one
   rank stuck), and PyTorch's own analyzer (torch.distributed.flight_recorder) on the same files where
   it is installed
@@ -204,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         fr = fr_figures(args.dumps, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    has_grep = bool(grep and "mb_per_s" in grep)
+    baseline = grep["mb_per_s"] if has_grep else base["mb_per_s"]
     figures = {
         "log_mb": round(_mb(size), 1),
         "injected_failure_lines": injected,
@@ -211,9 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         "python_re": base,
         "grep_e": grep,
         "ratio_vs_python_re": round(auto["mb_per_s"] / base["mb_per_s"], 1),
-        "ratio_vs_grep_e": round(auto["mb_per_s"] / grep["mb_per_s"], 2) if grep and "mb_per_s" in grep else None,
-        "goal": {"mb_per_s": GOAL_MB_S, "ratio_vs_python_re": GOAL_RATIO,
-                 "met": auto["mb_per_s"] >= GOAL_MB_S and auto["mb_per_s"] / base["mb_per_s"] >= GOAL_RATIO},
+        "ratio_vs_grep_e": round(auto["mb_per_s"] / grep["mb_per_s"], 2) if has_grep else None,
+        "goal": {"mb_per_s": GOAL_MB_S, "ratio_vs_grep_e": GOAL_RATIO,
+                 "met": auto["mb_per_s"] >= GOAL_MB_S and auto["mb_per_s"] / baseline >= GOAL_RATIO},
         "fr": fr,
     }  # fmt: skip
     if args.json:
@@ -227,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     if grep and "mb_per_s" in grep:
         print(f"  grep -E (catalog)       {grep['mb_per_s']:>8.1f} MB/s  ({grep['seconds']} s, {grep['lines']} lines)")
     print(f"ratio auto / python re: {figures['ratio_vs_python_re']}x; auto / grep -E: {figures['ratio_vs_grep_e']}x; "
-          f"goal >= {GOAL_MB_S:g} MB/s and >= {GOAL_RATIO:g}x: {'met' if figures['goal']['met'] else 'NOT met'}")
+          f"goal >= {GOAL_MB_S:g} MB/s and >= {GOAL_RATIO:g}x {'grep -E' if has_grep else 'python re'}: "
+          f"{'met' if figures['goal']['met'] else 'NOT met'}")
     ours, theirs = fr["ours"], fr["pytorch"]
     print(f"flight recorder: {fr['dumps']} dumps ({fr['bytes'] / 1e6:.1f} MB), rank {fr['injected']} stuck: "
           f"ours {ours['seconds']} s -> culprits {ours['culprits']}")

@@ -2,13 +2,13 @@
 # Installs what nvrx-hpc's tests and demo need on a fresh Debian 12 machine (idempotent, fast when done).
 #   apt: Slurm 22.05 (slurmctld, slurmd, client, libslurm-dev for spank.h), munge, Open MPI + PMIx
 #   pip: the CPU build of torch (pinned here, $NVRX_TORCH, default torch==2.13.0: the wheel on disk; an unpinned
-#        torch would pull a multi-GB CUDA build), then this project in editable mode with its dev, mpi, torch and
-#        service extras (the package itself only asks for torch>=2.4, so a site keeps its own build)
+#        torch would pull a multi-GB CUDA build), then this project in editable mode with its dev, mpi, torch,
+#        service and fast (hyperscan) extras (the package itself only asks for torch>=2.4, so a site keeps its own build)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 TORCH=${NVRX_TORCH:-torch==2.13.0}
-EXTRAS=dev,mpi,torch,service
+EXTRAS=dev,mpi,torch,service,fast
 log() { echo "[setup] $*"; }
 
 pkgs=(slurmctld slurmd slurm-client munge libslurm-dev openmpi-bin libpmix-dev make gcc)

@@ -6,6 +6,10 @@ one combined pattern, if google-re2 is installed), `grep` (GNU `grep -F` with th
 files), and `python` (a `bytes.find` pass per anchor literal over each chunk; always there).
 `auto` picks the fastest one present. Every engine yields the same hits: each candidate line is
 classified by `lines.classify_line`, which applies the catalog in order.
+
+A file is read in chunks of a few MB; two worker threads find and locate the candidate lines of the
+next chunks (hyperscan, the reads and NumPy's newline counting release the GIL) while the calling
+thread classifies the current one, so both cores of a small box work.
 """
 
 from __future__ import annotations
@@ -15,10 +19,15 @@ import os
 import re
 import shutil
 import subprocess
+import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
 
 from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.line_index import CandidateLine, locate_lines
 from nvrx_hpc.attribution.lines import LineContext, classify_line
 from nvrx_hpc.attribution.signatures import CATALOG, Signature
 from nvrx_hpc.core.errors import AttributionError
@@ -28,7 +37,8 @@ __all__ = ["ENGINES", "Scanner", "available_engines", "prefilter_anchors", "comb
 log = logging.getLogger(__name__)
 
 ENGINES = ("auto", "hyperscan", "re2", "grep", "python")
-CHUNK = 32 * 1024 * 1024
+CHUNK = 4 * 1024 * 1024  # small enough for the allocator to reuse its memory, large enough to amortise each call
+_WORKERS = 2
 _GREP_MB_PER_S = 50.0  # a pessimistic speed, only to size grep's deadline
 
 
@@ -68,14 +78,6 @@ def available_engines() -> list[str]:
     return found
 
 
-def _line_starts(data: bytes, positions: Iterable[int]) -> list[int]:
-    """Start offsets of the lines holding `positions`, sorted and unique."""
-    starts = set()
-    for pos in positions:
-        starts.add(data.rfind(b"\n", 0, pos) + 1)
-    return sorted(starts)
-
-
 class _PythonFinder:
     def __init__(self, anchors: list[str]) -> None:
         self._anchors = [a.encode() for a in anchors]
@@ -96,9 +98,11 @@ class _HyperscanFinder:
     def __init__(self, anchors: list[str]) -> None:
         import hyperscan
 
+        self._hyperscan = hyperscan
         self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         exprs = [re.escape(a).encode() for a in anchors]
         self._db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=[0] * len(exprs))
+        self._per_thread = threading.local()  # a scratch space serves one scan at a time
 
     def positions(self, data: bytes) -> list[int]:
         ends: list[int] = []
@@ -106,7 +110,10 @@ class _HyperscanFinder:
         def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
             ends.append(end - 1)
 
-        self._db.scan(data, match_event_handler=on_match)
+        scratch = getattr(self._per_thread, "scratch", None)
+        if scratch is None:
+            scratch = self._per_thread.scratch = self._hyperscan.Scratch(self._db)
+        self._db.scan(data, match_event_handler=on_match, scratch=scratch)
         return ends
 
 
@@ -168,19 +175,23 @@ class Scanner:
 
     def _scan(self, data: bytes, limit: int, ctx: LineContext, first_line: int) -> tuple[list[Hit], int]:
         """Hits in the lines of data[:limit], and the number of newlines there."""
+        return self._classify(data, self._candidates(data, limit), ctx, first_line)
+
+    def _candidates(self, data: bytes, limit: int) -> tuple[list[CandidateLine], int]:
+        """The lines of data[:limit] that may match, and its newlines (work done mostly outside the GIL)."""
+        return locate_lines(data, limit, self._finder.positions(data))
+
+    def _classify(
+        self, data: bytes, candidates: tuple[list[CandidateLine], int], ctx: LineContext, first_line: int
+    ) -> tuple[list[Hit], int]:
+        """Hits among the candidate lines, and the number of newlines of the chunk they came from."""
+        lines, newlines = candidates
         hits: list[Hit] = []
-        line_no, prev = first_line, 0
-        positions = (p for p in self._finder.positions(data) if p < limit)
-        for start in _line_starts(data, positions):
-            line_no += data.count(b"\n", prev, start)
-            prev = start
-            end = data.find(b"\n", start, limit)
-            raw = data[start : limit if end < 0 else end].decode("utf-8", "replace")
-            hit = classify_line(raw, line_no, ctx, self.catalog)
+        for before, start, end in lines:
+            hit = classify_line(data[start:end].decode("utf-8", "replace"), first_line + before, ctx, self.catalog)
             if hit is not None:
                 hits.append(hit)
-        line_no += data.count(b"\n", prev, limit)
-        return hits, line_no - first_line
+        return hits, newlines
 
     # ---- files ---------------------------------------------------------------------------------
     def scan_file(self, path: Path, ctx: LineContext) -> list[Hit]:
@@ -195,30 +206,51 @@ class Scanner:
             size = path.stat().st_size
             if self.engine == "grep" and size > 1024 * 1024:
                 return self._grep_file(path, size, ctx)
+            if size <= self.chunk_size:  # most logs: one read, no threads to start
+                data = path.read_bytes()
+                return self._scan(data, len(data), ctx, 1)[0]
             return self._scan_chunks(path, ctx)
         except OSError as exc:
             raise AttributionError(f"{ctx.source}: cannot read: {exc.strerror or exc}") from None
 
     def _scan_chunks(self, path: Path, ctx: LineContext) -> list[Hit]:
+        """Chunks are read here in order; worker threads find and locate candidate lines of the next ones
+        (file reads, hyperscan and NumPy run outside the GIL) while this thread classifies, in order."""
         hits: list[Hit] = []
         line_no = 1
+        in_flight: deque[tuple[bytes, Future[tuple[list[CandidateLine], int]]]] = deque()
+
+        def classify_oldest() -> int:
+            data, candidates = in_flight.popleft()
+            found, lines = self._classify(data, candidates.result(), ctx, line_no)
+            hits.extend(found)
+            return line_no + lines
+
+        with open(path, "rb") as f, ThreadPoolExecutor(_WORKERS, thread_name_prefix="nvrx-scan") as pool:
+            for data, cut in self._chunks(f):
+                in_flight.append((data, pool.submit(self._candidates, data, cut)))
+                if len(in_flight) > _WORKERS:  # bounds memory to a few chunks
+                    line_no = classify_oldest()
+            while in_flight:
+                line_no = classify_oldest()
+        return hits
+
+    def _chunks(self, f: BinaryIO) -> Iterator[tuple[bytes, int]]:
+        """(data, cut): about `chunk_size` bytes of the file, whose lines up to `cut` are whole."""
         carry = b""
-        with open(path, "rb") as f:
-            while True:
-                block = f.read(self.chunk_size)
-                data = carry + block if carry else block
-                if not block:
-                    if data:
-                        hits.extend(self._scan(data, len(data), ctx, line_no)[0])
-                    return hits
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:  # one enormous line so far: keep reading
-                    carry = data
-                    continue
-                found, lines = self._scan(data, cut, ctx, line_no)
-                hits.extend(found)
-                line_no += lines
-                carry = data[cut:]
+        while True:
+            block = f.read(self.chunk_size)
+            data = carry + block if carry else block
+            if not block:
+                if data:
+                    yield data, len(data)
+                return
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:  # one enormous line so far: keep reading
+                carry = data
+                continue
+            yield data, cut
+            carry = data[cut:]
 
     def _grep_file(self, path: Path, size: int, ctx: LineContext) -> list[Hit]:
         argv = ["grep", "-a", "-n", "-F"]

@@ -104,21 +104,48 @@ def big_log(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.parametrize("chunk_size", [None, 1_100_003], ids=["default-chunks", "odd-chunks"])
 @pytest.mark.parametrize("engine", available_engines())
-def test_every_engine_finds_the_same_hits_as_python(engine, big_log):
+def test_every_engine_finds_the_same_hits_as_python(engine, chunk_size, big_log):
+    # small chunks count lines with bytes.count; chunks over 1 MB with NumPy, in worker threads
     want = Scanner(engine="python", chunk_size=256 * 1024).scan_file(big_log, ctx())
-    got = Scanner(engine=engine).scan_file(big_log, ctx())
+    got = Scanner(engine=engine, **({"chunk_size": chunk_size} if chunk_size else {})).scan_file(big_log, ctx())
     assert len(want) > 10
     assert [(h.line, h.signature, h.rank) for h in got] == [(h.line, h.signature, h.rank) for h in want]
     families = {classify_line(line.format(r=1, n=1, it=1), 1, ctx()).signature for line in FAILURE_LINES}
     assert families <= {h.signature for h in want}
 
 
-def test_line_numbers_agree_with_a_plain_count(big_log):
-    hits = Scanner(engine="python", chunk_size=100_000).scan_file(big_log, ctx())
+@pytest.mark.parametrize("chunk_size", [100_000, 1_100_003])
+def test_line_numbers_agree_with_a_plain_count(big_log, chunk_size):
+    hits = Scanner(engine="python", chunk_size=chunk_size).scan_file(big_log, ctx())
     lines = big_log.read_text().splitlines()
-    for h in hits[:50]:
+    for h in hits:
         assert lines[h.line - 1].strip()[:100] == h.text[:100]
+
+
+@pytest.mark.parametrize(
+    ("data", "positions"),
+    [
+        (b"", []),
+        (b"no newline at all", [3]),
+        (b"a\nbb\n\nccc\nd", [0, 2, 3, 6, 8, 12]),
+        (b"\n\n\nx", [3]),
+        (b"one\ntwo\nthree\n", [5, 6, 4, 9]),  # unsorted, two in one line
+    ],
+)
+def test_numpy_and_bytes_line_location_agree(monkeypatch, data, positions):
+    from nvrx_hpc.attribution import line_index
+
+    monkeypatch.setattr(line_index, "NUMPY_MIN_BYTES", 1 << 60)
+    by_bytes = line_index.locate_lines(data, len(data), positions)
+    lines = data.split(b"\n")
+    for before, start, end in by_bytes[0]:
+        assert data[start:end] == lines[before]
+    assert by_bytes[1] == data.count(b"\n")
+    if line_index._numpy() is not None:
+        monkeypatch.setattr(line_index, "NUMPY_MIN_BYTES", 0)
+        assert line_index.locate_lines(data, len(data), positions) == by_bytes
 
 
 def test_unreadable_inputs_are_clear_errors(tmp_path):
