@@ -321,14 +321,19 @@ class Launcher:
         excluded = sorted(self.pool.excluded) if self.pool else []
         self._write_state()
         self._end("launcher.requeue", reason=reason, exclude=excluded, nodes=nodes)
+        # Requeueing its own job makes Slurm SIGTERM this batch script at once; the held job's updates and its
+        # release must still happen (KillWait gives the seconds), or it pends with the old shape forever.
+        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
-            self.backend.requeue(self.ctx.job_id, exclude=excluded)
-            if nodes is not None:  # the requeued job waits (BeginTime) long enough to take the new size
-                self.runner.run(["scontrol", "update", f"JobId={self.ctx.job_id}", f"NumNodes={nodes}"], timeout=15)
+            tasks = nodes * self.s.tasks_per_node if nodes is not None else None
+            self.backend.requeue(self.ctx.job_id, exclude=excluded, nodes=nodes, tasks=tasks)
+            if nodes is not None:
                 self.events.emit("launcher.requeue.shrunk", nodes=nodes,
                                  reason=f"the partition holds only {nodes} usable nodes; --min-nodes allows it")
         except NvrxError as exc:
             self.events.emit("launcher.requeue_failed", reason=exc.message)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         return ExitCode.REQUEUE_EXCLUDING
 
     def _exclude(self, node: str, why: str) -> str | None:

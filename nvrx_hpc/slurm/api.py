@@ -273,8 +273,11 @@ class SlurmBackend(Protocol):
         """Clear DRAIN/DOWN (State=RESUME)."""
         ...
 
-    def requeue(self, job_id: int, exclude: Iterable[str] = ()) -> None:
-        """Requeue a batch job; with `exclude`, the rerun may not use those nodes (ExcNodeList)."""
+    def requeue(
+        self, job_id: int, exclude: Iterable[str] = (), nodes: int | None = None, tasks: int | None = None
+    ) -> None:
+        """Requeue a batch job; with `exclude`, the rerun may not use those nodes (ExcNodeList); with `nodes` and
+        `tasks`, it asks for that many (NumNodes, NumTasks). They change while the job is held, then it is released."""
         ...
 
     def set_comment(self, job_id: int, text: str) -> None:

@@ -220,14 +220,22 @@ class CliBackend:
                 raise
             log.info("slurm: %s already resumed", compress(names))
 
-    def requeue(self, job_id: int | str, exclude: Iterable[str] | str = ()) -> None:
+    def requeue(
+        self, job_id: int | str, exclude: Iterable[str] | str = (), nodes: int | None = None, tasks: int | None = None
+    ) -> None:
         jid = _job_id(job_id)
         items = [exclude] if isinstance(exclude, str) else list(exclude)
         excluded = _node_names(items) if any(items) else []
-        if not excluded:
+        for name, value in (("NumNodes", nodes), ("NumTasks", tasks)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise SlurmRequestError(f"requeue of job {jid}: {name} must be a positive integer, not {value!r}")
+        if not excluded and nodes is None and tasks is None:
             self._update(["scontrol", "requeue", jid], job_id=jid)
             return
-        merged = compress({*self.job(jid).excluded_nodes, *excluded})
+        changes = [f"ExcNodeList={compress({*self.job(jid).excluded_nodes, *excluded})}"] if excluded else []
+        changes += [f"NumNodes={nodes}"] if nodes is not None else []
+        changes += [f"NumTasks={tasks}"] if tasks is not None else []  # else a smaller job keeps the old task count
+        # Held while it changes: released at once, the job could start again (or pend forever) with the old shape.
         held = False
         try:
             self._update(["scontrol", "requeuehold", jid], job_id=jid)
@@ -235,15 +243,15 @@ class CliBackend:
         except SlurmCommandError as exc:
             if "pending execution" not in exc.stderr.lower():
                 raise
-            log.info("slurm: job %s is still pending; only excluding %s", jid, merged)
+            log.info("slurm: job %s is still pending; only updating %s", jid, " ".join(changes))
         try:
-            self._update(["scontrol", "update", f"JobId={jid}", f"ExcNodeList={merged}"], job_id=jid)
+            self._update(["scontrol", "update", f"JobId={jid}", *changes], job_id=jid)
         except BaseException:
             if held:
                 try:
                     self._update(["scontrol", "release", jid], job_id=jid)
                 except Exception:  # the first error is the one to report; this one is logged
-                    log.exception("slurm: could not release job %s after a failed ExcNodeList update", jid)
+                    log.exception("slurm: could not release job %s after a failed update", jid)
             raise
         if held:
             self._update(["scontrol", "release", jid], job_id=jid)

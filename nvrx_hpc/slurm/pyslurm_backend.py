@@ -175,17 +175,25 @@ class PyslurmBackend:
     def resume(self, nodes: Iterable[str] | str) -> None:
         self._modify_nodes(self._names(nodes), state="RESUME")
 
-    def requeue(self, job_id: int, exclude: Iterable[str] | str = ()) -> None:
-        """Same order as CliBackend: requeue held, set ExcNodeList, release (see cli_backend)."""
+    def requeue(
+        self, job_id: int, exclude: Iterable[str] | str = (), nodes: int | None = None, tasks: int | None = None
+    ) -> None:
+        """Same order as CliBackend: requeue held, set ExcNodeList and NumNodes, release (see cli_backend)."""
         job = self._call(f"Job.load({job_id})", self._ps.Job.load, int(job_id))
         items = [exclude] if isinstance(exclude, str) else list(exclude)
-        if not any(items):
+        if not any(items) and nodes is None and tasks is None:
             self._call(f"Job.requeue({job_id})", job.requeue)
             return
-        merged = compress({*expand(job.excluded_nodes or ""), *self._names(items)})
+        wanted: dict = {}
+        if any(items):
+            wanted["excluded_nodes"] = compress({*expand(job.excluded_nodes or ""), *self._names(items)})
+        if nodes is not None:
+            wanted["nodes"] = int(nodes)
+        if tasks is not None:
+            wanted["ntasks"] = int(tasks)
         self._call(f"Job.requeue({job_id}, hold=True)", job.requeue, hold=True)
         try:
-            changes = self._ps.JobSubmitDescription(excluded_nodes=merged)
+            changes = self._ps.JobSubmitDescription(**wanted)
             self._call(f"Job.modify({job_id})", job.modify, changes)
         finally:
             self._call(f"Job.release({job_id})", job.release)

@@ -216,6 +216,31 @@ def test_a_job_the_partition_cannot_hold_stops_instead_of_pending_forever(cluste
     assert status.returncode == 0 and "outcome: stop: cannot requeue" in status.stdout, status
 
 
+def test_a_requeue_the_partition_cannot_hold_at_full_size_shrinks_when_min_nodes_allows(cluster, tmp_path):
+    """A 4-node job on the 4-node cluster, --min-nodes 3: a crash on n2 (--exclude-after 1) shrinks it to 3
+    nodes in place; then Slurm's time-limit warning asks for a requeue. A requeue of 4 nodes excluding n2
+    could never start, so the launcher asks Slurm for 3 (NumNodes) and the requeued job runs on them."""
+    job, run_dir = submit(cluster, tmp_path, "shrinkq", nodes=4, spares=0, tasks_per_node=1,
+                          fault="crash:rank=1:step=3,slow:step=1:restart=1",
+                          run_args=("--exclude-after", "1", "--min-nodes", "3"), train_args=("--scheme", "none"))
+    deadline = time.monotonic() + 180
+    while "launcher.decision.shrink" not in kinds(run_dir) or "launcher.step.first_iteration" not in kinds(
+            run_dir)[kinds(run_dir).index("launcher.decision.shrink"):]:  # fmt: skip
+        assert time.monotonic() < deadline, transcript(tmp_path, "shrinkq")
+        time.sleep(0.5)
+    warn = cluster.run(["scancel", "--batch", "--signal=USR1", job], timeout=30)
+    assert warn.returncode == 0, warn.stderr
+    result = wait_job(cluster, job, timeout=300)
+    assert result["state"] == "COMPLETED" and result["restarts"] == 1, transcript(tmp_path, "shrinkq")
+    capacity = first(run_dir, "launcher.capacity")
+    assert capacity["detail"]["needed"] == 4 and capacity["detail"]["excluded"] == ["n2"], capacity
+    assert first(run_dir, "launcher.requeue.shrunk")["detail"]["nodes"] == 3
+    info = cluster.dev.backend.job(job)
+    assert len(info.nodes) == 3 and "n2" not in info.nodes and "n2" in info.excluded_nodes, info
+    second = [e for e in events(run_dir) if e["kind"] == "launcher.started"][-1]
+    assert second["detail"]["world_size"] == 3 and "n2" not in second["detail"]["nodes"], second
+
+
 def test_two_jobs_sharing_a_first_node_each_get_their_own_rendezvous_port(cluster, tmp_path):
     """Two jobs run at once with the same first node (n1, one core each): each attempt's MASTER_PORT is
     picked free on the batch host, so both rendezvous succeed (a fixed 29500 + restart collided)."""

@@ -323,6 +323,23 @@ def test_requeue_with_exclusion_holds_updates_then_releases() -> None:
     assert runner.calls[-3:] == [("scontrol", "requeuehold", "4"), update, ("scontrol", "release", "4")]
 
 
+def test_requeue_to_fewer_nodes_changes_the_size_while_held() -> None:
+    """Shrink on requeue: ExcNodeList and NumNodes in one update between hold and release, never after."""
+    update = ("scontrol", "update", "JobId=4", "ExcNodeList=n2", "NumNodes=3", "NumTasks=6")
+    cli, runner = backend(
+        {
+            SQUEUE_JSON: Reply(fixture("squeue-v0.0.38-22.05.8.json")),
+            ("scontrol", "requeuehold", "4"): Reply(),
+            update: Reply(),
+            ("scontrol", "release", "4"): Reply(),
+        }
+    )
+    cli.requeue(4, exclude=["n2"], nodes=3, tasks=6)
+    assert runner.calls[-3:] == [("scontrol", "requeuehold", "4"), update, ("scontrol", "release", "4")]
+    with pytest.raises(SlurmRequestError, match="NumNodes"):
+        cli.requeue(4, nodes=0)
+
+
 def test_requeue_merges_existing_exclusions() -> None:
     update = ("scontrol", "update", "JobId=5", "ExcNodeList=n[1-2,4]")  # job 5 already excludes n1,n4
     cli, runner = backend(
