@@ -19,9 +19,10 @@ from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.core.run_pointer import job_tmp_dir, write_run_pointer
 from nvrx_hpc.core.wire import load_token, new_token, save_token
-from nvrx_hpc.launcher.culprit import Finding, finding_from_event, pick_culprit
+from nvrx_hpc.launcher.culprit import Finding, pick_culprit
 from nvrx_hpc.launcher.evidence import gather_evidence, partition_capacity
-from nvrx_hpc.launcher.hub import AgentHub, HubEvent
+from nvrx_hpc.launcher.hub import AgentHub
+from nvrx_hpc.launcher.monitor import SYSTEM_CLOCK, Clock, StepWatch
 from nvrx_hpc.launcher.policy import Action, Attempt, NodeJudgement, Outcome, RestartPolicy, judge_node
 from nvrx_hpc.launcher.pool import NodePool
 from nvrx_hpc.launcher.rundir import JobIdentity, claim_run_dir, read_state, write_state
@@ -46,12 +47,15 @@ ATTRIBUTION_TIMEOUT_S = 30.0  # a verdict that takes longer is not waited for
 
 log = logging.getLogger(__name__)
 
-SETTLE_S = 0.5  # after the first finding, wait this long for simultaneous ones (all ranks of a hang)
 
 
 class Launcher:
-    def __init__(self, settings: RunSettings, ctx: JobContext, backend: SlurmBackend, runner: CommandRunner) -> None:
+    def __init__(
+        self, settings: RunSettings, ctx: JobContext, backend: SlurmBackend, runner: CommandRunner,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.s = settings
+        self._clock = clock
         self.ctx = ctx
         self.backend = backend
         self.runner = runner
@@ -107,7 +111,7 @@ class Launcher:
 
     def _write_state(self, stopped: str | None = None) -> None:
         state = {
-            "restarts_total": self._restarts_before + max(0, len(self.history) - 1),
+            "restarts_total": self._restarts_total(),
             "attempts_started": self._restarts_before + self._attempts_started,
             "excluded": self.pool.excluded if self.pool else {},
             "failures": self._failures[-100:],
@@ -115,6 +119,11 @@ class Launcher:
         if stopped:
             state["stopped"] = stopped
         write_state(self.run_dir, state)
+
+    def _restarts_total(self) -> int:
+        """Restarts of the job so far, across requeues: its attempts ended, less the first (status.json and
+        launcher-state.json both say this one number)."""
+        return max(0, self._restarts_before + len(self.history) - 1)
 
     def _advertise_host(self) -> str:
         first = self.ctx.node_name or (self.ctx.node_list[0] if self.ctx.node_list else None)
@@ -381,7 +390,9 @@ class Launcher:
         self.events.emit("launcher.step.started", attempt=index, restart=restart, nodes=nodes,
                          world_size=len(nodes) * self.s.tasks_per_node, log=str(spec.output), plugin=plugin)
         await step.start()
-        findings, max_iteration, rc = await self._monitor(step, nodes)
+        watch = StepWatch(self.hub, self.events, self.s, self._clock)
+        findings, max_iteration, rc = await watch.run(step, nodes)
+        self._ranks.update(watch.ranks)
         self.events.emit("launcher.step.ended", attempt=index, restart=restart, returncode=rc,
                          duration_s=round(time.time() - started, 3), max_iteration=max_iteration)
         if rc == 0:
@@ -418,80 +429,6 @@ class Launcher:
         while not self.hub.events.empty():
             self.hub.events.get_nowait()
 
-    async def _monitor(self, step: SrunStep, nodes: list[str]) -> tuple[list[Finding], int | None, int | None]:
-        """Watch the step until it ends or something fails; stop it on a failure.
-
-        A rank exit seen only by the PID watch carries no exit status: it is held back and counts
-        only if the step then fails (ranks finishing a moment apart at the end are not failures).
-        """
-        findings: list[Finding] = []
-        tentative: list[Finding] = []
-        iterations: list[int] = []
-        first_at: float | None = None
-        ended_at: float | None = None
-        first_iteration_seen = False
-        silenced: set[str] = set()
-        waiter = asyncio.ensure_future(step.wait())
-        while True:
-            now = time.monotonic()
-            if first_at is not None and now - first_at >= SETTLE_S:
-                break
-            if waiter.done():
-                ended_at = ended_at or now
-                # A failed step: give the agents a moment to report which rank it was.
-                if waiter.result() == 0 or findings or now - ended_at >= 1.0:
-                    break
-            try:
-                event = await asyncio.wait_for(self.hub.events.get(), timeout=0.05)
-            except asyncio.TimeoutError:
-                event = self._silent_agent(nodes, silenced)
-                if event is None:
-                    continue
-            finding, iteration = finding_from_event(event, nodes)
-            if iteration is not None:
-                iterations.append(iteration)
-            if event.kind == "ag.rank" and event.data.get("event") == "first_iteration" and not first_iteration_seen:
-                first_iteration_seen = True
-                self.events.emit("launcher.step.first_iteration", node=event.node, rank=event.data.get("rank"),
-                                 iteration=iteration, at=event.data.get("time"))
-            if finding is None:
-                continue
-            if finding.kind == "exited_unknown":
-                tentative.append(finding)
-                continue
-            earlier = [t.time for t in tentative if (t.node, t.rank) == (finding.node, finding.rank)]
-            if earlier:  # the PID watch saw this death first; the plugin's status came after
-                finding = dataclasses.replace(finding, time=min(earlier + [finding.time]))
-            findings.append(finding)
-            self.events.emit(f"launcher.rank.{finding.kind}", node=finding.node, rank=finding.rank,
-                             reason=finding.reason, sections=list(finding.sections))
-            first_at = first_at or time.monotonic()
-        for node, link in self.hub.agents.items():
-            iterations.extend(r["iteration"] for r in link.ranks.values() if isinstance(r.get("iteration"), int))
-            self._ranks.update({str(rank): {**info, "node": node} for rank, info in link.ranks.items()})
-        max_iteration = max(iterations) if iterations else None
-        if not waiter.done():
-            self.hub.broadcast("la.stop", nodes=nodes, grace_s=self.s.stop_grace_s, reason="step failed")
-            await step.stop(self.s.stop_grace_s + 2)
-            self.events.emit("launcher.step.stopped", reason=findings[0].reason if findings else "")
-        rc = await waiter
-        if rc != 0 and not findings and tentative:
-            findings = [Finding("exited", f.time, f.node, f.rank, f.reason, f.sections) for f in tentative]
-            for f in findings:
-                self.events.emit("launcher.rank.exited", node=f.node, rank=f.rank, reason=f.reason)
-        return findings, max_iteration, rc
-
-    def _silent_agent(self, nodes: list[str], silenced: set[str]) -> HubEvent | None:
-        """An agent whose link is up but says nothing (a node that lost power sends no reset; a stopped
-        agent): lost, once it has been silent for `agent_silent_s` (it reports every second)."""
-        now = time.time()
-        for node in nodes:
-            link = self.hub.agents.get(node)
-            if link is not None and node not in silenced and now - link.last_seen > self.s.agent_silent_s:
-                silenced.add(node)
-                return HubEvent("hub.agent_lost", node, {"silent_s": round(now - link.last_seen, 1)}, now)
-        return None
-
     # ------------------------------------------------------------------ signals and status
 
     def _on_time_limit_warning(self) -> None:
@@ -506,7 +443,7 @@ class Launcher:
         status = launcher_status(self.hub.agents if self.hub else {}, final=final)
         status.update({
             "job": self.ctx.job_id, "run_dir": str(self.run_dir), "attempt": len(self.history),
-            "restarts": self._restarts_before + len(self.history), "pool": self.pool.to_dict() if self.pool else {},
+            "restarts": self._restarts_total(), "pool": self.pool.to_dict() if self.pool else {},
             "history": [a.__dict__ for a in self.history], "outcome": self._outcome,
         })  # fmt: skip
         try:

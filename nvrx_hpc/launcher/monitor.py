@@ -1,0 +1,115 @@
+"""Watching one training step: the agents' reports become findings, until the step ends or fails.
+
+`StepWatch.run` returns what the loop decides from: the findings (crashed, hung, lost ranks or agents, a
+fatal health report), the highest iteration reached and the step's exit code. On a failure it stops
+the step first. The hub and the clock are passed in, so a test can drive it with a scripted hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from typing import Protocol
+
+from nvrx_hpc.core.events import EventLog
+from nvrx_hpc.launcher.culprit import Finding, finding_from_event
+from nvrx_hpc.launcher.hub import AgentHub, HubEvent
+from nvrx_hpc.launcher.settings import RunSettings
+from nvrx_hpc.launcher.steps import SrunStep
+
+__all__ = ["StepWatch", "Clock", "SYSTEM_CLOCK", "SETTLE_S"]
+
+SETTLE_S = 0.5  # after the first finding, wait this long for simultaneous ones (all ranks of a hang)
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def time(self) -> float: ...
+
+
+SYSTEM_CLOCK: Clock = time  # the module has both functions
+
+
+class StepWatch:
+    def __init__(self, hub: AgentHub, events: EventLog, settings: RunSettings, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.hub = hub
+        self.events = events
+        self.s = settings
+        self.clock = clock
+        self.ranks: dict[str, dict] = {}  # rank -> its last report and node, after the step
+
+    async def run(self, step: SrunStep, nodes: list[str]) -> tuple[list[Finding], int | None, int | None]:
+        """Watch the step until it ends or something fails; stop it on a failure.
+
+        A rank exit seen only by the PID watch carries no exit status: it is held back and counts
+        only if the step then fails (ranks finishing a moment apart at the end are not failures).
+        """
+        findings: list[Finding] = []
+        tentative: list[Finding] = []
+        iterations: list[int] = []
+        first_at: float | None = None
+        ended_at: float | None = None
+        first_iteration_seen = False
+        silenced: set[str] = set()
+        waiter = asyncio.ensure_future(step.wait())
+        while True:
+            now = self.clock.monotonic()
+            if first_at is not None and now - first_at >= SETTLE_S:
+                break
+            if waiter.done():
+                ended_at = ended_at or now
+                # A failed step: give the agents a moment to report which rank it was.
+                if waiter.result() == 0 or findings or now - ended_at >= 1.0:
+                    break
+            try:
+                event = await asyncio.wait_for(self.hub.events.get(), timeout=0.05)
+            except asyncio.TimeoutError:
+                event = self._silent_agent(nodes, silenced)
+                if event is None:
+                    continue
+            finding, iteration = finding_from_event(event, nodes)
+            if iteration is not None:
+                iterations.append(iteration)
+            if event.kind == "ag.rank" and event.data.get("event") == "first_iteration" and not first_iteration_seen:
+                first_iteration_seen = True
+                self.events.emit("launcher.step.first_iteration", node=event.node, rank=event.data.get("rank"),
+                                 iteration=iteration, at=event.data.get("time"))
+            if finding is None:
+                continue
+            if finding.kind == "exited_unknown":
+                tentative.append(finding)
+                continue
+            earlier = [t.time for t in tentative if (t.node, t.rank) == (finding.node, finding.rank)]
+            if earlier:  # the PID watch saw this death first; the plugin's status came after
+                finding = dataclasses.replace(finding, time=min(earlier + [finding.time]))
+            findings.append(finding)
+            self.events.emit(f"launcher.rank.{finding.kind}", node=finding.node, rank=finding.rank,
+                             reason=finding.reason, sections=list(finding.sections))
+            first_at = first_at or self.clock.monotonic()
+        for node, link in self.hub.agents.items():
+            iterations.extend(r["iteration"] for r in link.ranks.values() if isinstance(r.get("iteration"), int))
+            self.ranks.update({str(rank): {**info, "node": node} for rank, info in link.ranks.items()})
+        max_iteration = max(iterations) if iterations else None
+        if not waiter.done():
+            self.hub.broadcast("la.stop", nodes=nodes, grace_s=self.s.stop_grace_s, reason="step failed")
+            await step.stop(self.s.stop_grace_s + 2)
+            self.events.emit("launcher.step.stopped", reason=findings[0].reason if findings else "")
+        rc = await waiter
+        if rc != 0 and not findings and tentative:
+            findings = [Finding("exited", f.time, f.node, f.rank, f.reason, f.sections) for f in tentative]
+            for f in findings:
+                self.events.emit("launcher.rank.exited", node=f.node, rank=f.rank, reason=f.reason)
+        return findings, max_iteration, rc
+
+    def _silent_agent(self, nodes: list[str], silenced: set[str]) -> HubEvent | None:
+        """An agent whose link is up but says nothing (a node that lost power sends no reset; a stopped
+        agent): lost, once it has been silent for `agent_silent_s` (it reports every second)."""
+        now = self.clock.time()
+        for node in nodes:
+            link = self.hub.agents.get(node)
+            if link is not None and node not in silenced and now - link.last_seen > self.s.agent_silent_s:
+                silenced.add(node)
+                return HubEvent("hub.agent_lost", node, {"silent_s": round(now - link.last_seen, 1)}, now)
+        return None

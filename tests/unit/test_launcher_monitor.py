@@ -1,0 +1,122 @@
+"""The step watch without a cluster: a scripted hub feeds agent events, a fake clock moves time, a
+scripted step ends when told. Each path the loop decides from: a crash stops the step and names the
+rank; a PID-watch exit at a clean end is no failure; a silent agent counts as lost."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nvrx_hpc.core.events import EventLog
+from nvrx_hpc.launcher.hub import HubEvent
+from nvrx_hpc.launcher.monitor import StepWatch
+from nvrx_hpc.launcher.settings import RunSettings
+
+
+@dataclass
+class Link:
+    last_seen: float
+    ranks: dict = field(default_factory=dict)
+
+
+class ScriptedHub:
+    def __init__(self, nodes: list[str], now: float) -> None:
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.agents = {n: Link(now) for n in nodes}
+        self.sent: list[tuple[str, dict]] = []
+
+    def broadcast(self, kind: str, **data) -> None:
+        self.sent.append((kind, data))
+
+
+class ScriptedStep:
+    def __init__(self) -> None:
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.stopped = False
+
+    async def wait(self) -> int:
+        return await self.done
+
+    async def stop(self, _grace: float) -> None:
+        self.stopped = True
+        if not self.done.done():
+            self.done.set_result(-15)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+
+def _watch(tmp_path: Path, nodes: list[str], clock: FakeClock, **settings) -> tuple[StepWatch, ScriptedHub]:
+    hub = ScriptedHub(nodes, clock.now)
+    s = RunSettings(command=["python", "t.py"], run_dir=tmp_path, stop_grace_s=0, **settings)
+    return StepWatch(hub, EventLog(tmp_path / "events.jsonl", "test"), s, clock), hub  # type: ignore[arg-type]
+
+
+def _rank_event(node: str, rank: int, event: str, **data) -> HubEvent:
+    return HubEvent("ag.rank", node, {"rank": rank, "event": event, **data}, 1000.0)
+
+
+def test_a_crashed_rank_stops_the_step_and_is_the_finding(tmp_path):
+    async def scenario():
+        clock = FakeClock()
+        watch, hub = _watch(tmp_path, ["n1", "n2"], clock)
+        step = ScriptedStep()
+        hub.events.put_nowait(_rank_event("n2", 3, "exited", signal=9, iteration=7))
+
+        async def advance():
+            for _ in range(40):
+                await asyncio.sleep(0.01)
+                clock.now += 0.1  # past the settle time: no second finding comes
+        task = asyncio.ensure_future(advance())
+        findings, iteration, rc = await watch.run(step, ["n1", "n2"])
+        await task
+        return findings, iteration, rc, step, hub
+
+    findings, iteration, rc, step, hub = asyncio.run(scenario())
+    assert [(f.kind, f.node, f.rank) for f in findings] == [("exited", "n2", 3)]
+    assert iteration == 7 and rc == -15 and step.stopped
+    assert hub.sent[0][0] == "la.stop"
+
+
+def test_a_pid_watch_exit_at_a_clean_end_is_not_a_failure(tmp_path):
+    async def scenario():
+        clock = FakeClock()
+        watch, hub = _watch(tmp_path, ["n1"], clock)
+        step = ScriptedStep()
+        hub.events.put_nowait(_rank_event("n1", 0, "exited"))  # no exit status: held back
+        asyncio.get_running_loop().call_later(0.1, step.done.set_result, 0)
+        return await watch.run(step, ["n1"]), step
+
+    (findings, _iteration, rc), step = asyncio.run(scenario())
+    assert findings == [] and rc == 0 and not step.stopped
+
+
+def test_an_agent_silent_past_its_limit_is_lost(tmp_path):
+    async def scenario():
+        clock = FakeClock()
+        watch, hub = _watch(tmp_path, ["n1", "n2"], clock, agent_silent_s=15.0)
+        step = ScriptedStep()
+        hub.agents["n2"].last_seen = clock.now - 16  # n1 keeps reporting; n2 said nothing for 16 s
+
+        async def advance():
+            for _ in range(40):
+                await asyncio.sleep(0.01)
+                clock.now += 0.1
+                hub.agents["n1"].last_seen = clock.now
+        task = asyncio.ensure_future(advance())
+        result = await watch.run(step, ["n1", "n2"])
+        await task
+        return result
+
+    findings, _iteration, _rc = asyncio.run(scenario())
+    assert [(f.kind, f.node) for f in findings] == [("agent_lost", "n2")]
+    assert "silent for 16" in findings[0].reason
