@@ -21,6 +21,7 @@ cluster-test: setup spank
 
 lint: setup
 	$(PYTHON) -m ruff check nvrx_hpc tests benchmarks examples
+	$(PYTHON) -c 'import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True))'
 
 # The docs as a site: --strict fails on a broken link, a missing anchor or a page left out of the nav.
 # No --quiet: it hides the very warnings that --strict counts.

@@ -44,6 +44,9 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+SIM_GPU_FAULTS_DIR = "gpu-faults"  # under cluster.state_dir: faults injected for the simulated GPU backend
+
+
 class ClusterConfig(_Section):
     """The local development cluster started by `nvrx-hpc cluster up`."""
 

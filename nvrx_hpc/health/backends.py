@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from nvrx_hpc.core.config import NvrxConfig
+from nvrx_hpc.core.config_model import SIM_GPU_FAULTS_DIR
 from nvrx_hpc.core.errors import ConfigError
 from nvrx_hpc.health.api import GpuBackend, GpuUnavailable
-from nvrx_hpc.slurm.devcluster.layout import Layout
 
 __all__ = ["GPU_BACKENDS", "NoGpuBackend", "open_gpu_backend", "sim_fault_dir"]
 
@@ -27,7 +27,7 @@ GPU_BACKENDS = ("nvml", "sim", "none")
 
 def sim_fault_dir(config: NvrxConfig) -> Path:
     """Where the simulated backend reads injected faults: the dev cluster's `gpu-faults` directory."""
-    return Layout(Path(config.cluster.state_dir)).gpu_faults
+    return Path(config.cluster.state_dir) / SIM_GPU_FAULTS_DIR
 
 
 class NoGpuBackend:

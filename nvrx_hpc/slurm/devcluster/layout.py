@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nvrx_hpc.core.config_model import SIM_GPU_FAULTS_DIR
+
 __all__ = ["DevClusterSpec", "Layout"]
 
 # Default ports stay clear of a site Slurm's 6817/6818.
@@ -80,7 +82,7 @@ class Layout:
     @property
     def gpu_faults(self) -> Path:
         """Per-node injected GPU faults for the simulated NVML backend."""
-        return self.root / "gpu-faults"
+        return self.root / SIM_GPU_FAULTS_DIR
 
     def hook_script(self, kind: str) -> Path:
         return self.etc / f"{kind}.sh"
