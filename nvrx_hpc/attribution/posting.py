@@ -131,10 +131,12 @@ def _slurm_comment(report: Mapping[str, Any], s: AttributionSettings, *, slurm: 
     job = report.get("job_id")
     if not job:
         raise AttributionError("the report names no job id, so there is no job to comment on")
-    if slurm is None:
+    if slurm is None:  # the configured backend (slurm.backend), as everywhere else
+        from nvrx_hpc.core.config import load_config
         from nvrx_hpc.slurm.backend import get_backend
 
-        slurm = get_backend("cli")
+        config = load_config().config
+        slurm = get_backend(config.slurm.backend, timeout=config.slurm.command_timeout_s)
     c = report.get("culprit", {})
     ok = "yes" if report.get("restartable") else "no"
     text = (

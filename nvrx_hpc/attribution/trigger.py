@@ -77,13 +77,16 @@ def _template_path(work_dir: str, job_id: str) -> Path:
         return Path(work_dir) / "nvrx-runs" / job_id
 
 
-def _scontrol_work_dir(job_id: str, timeout: float) -> str | None:
-    from nvrx_hpc.slurm.parse_text import parse_key_values
-    from nvrx_hpc.slurm.runner import CommandRunner
+def _slurm_work_dir(job_id: str, timeout: float) -> str | None:
+    """The job's working directory as Slurm reports it (the configured backend)."""
+    from nvrx_hpc.core.config import load_config
+    from nvrx_hpc.slurm.backend import get_backend
 
-    out = CommandRunner(default_timeout=timeout).run(["scontrol", "-o", "show", "job", job_id]).stdout
-    first = out.strip().splitlines()[0] if out.strip() else ""
-    return parse_key_values(first).get("WorkDir") or None
+    try:
+        backend_name = load_config().config.slurm.backend
+    except Exception:  # a broken site config must not stop the report; ask with the CLI backend
+        backend_name = "cli"
+    return get_backend(backend_name, timeout=timeout).job(job_id).work_dir
 
 
 def find_run_dir(env: Mapping[str, str], job_id: str, *, slurm_timeout: float = 5.0) -> Path | None:
@@ -95,7 +98,7 @@ def find_run_dir(env: Mapping[str, str], job_id: str, *, slurm_timeout: float = 
     pointed = read_run_pointer(job_id)  # what the launcher recorded on this node (`nvrx-hpc run --run-dir`)
     if pointed is not None:
         return pointed
-    work_dir = env.get("SLURM_JOB_WORK_DIR") or _scontrol_work_dir(job_id, slurm_timeout)
+    work_dir = env.get("SLURM_JOB_WORK_DIR") or _slurm_work_dir(job_id, slurm_timeout)
     if not work_dir:
         return None
     path = _template_path(work_dir, job_id)

@@ -181,11 +181,10 @@ def register(app: typer.Typer) -> None:
 
 
 def _run_dir_of(job: str) -> Path:
-    from nvrx_hpc.slurm.parse_text import parse_key_values
-    from nvrx_hpc.slurm.runner import CommandRunner
+    from nvrx_hpc.slurm.backend import get_backend
 
-    done = CommandRunner().run(["scontrol", "-o", "show", "job", job], timeout=10)
-    work_dir = parse_key_values(done.stdout.strip()).get("WorkDir")
+    config = load_config().config
+    work_dir = get_backend(config.slurm.backend, timeout=config.slurm.command_timeout_s).job(job).work_dir
     if not work_dir:
         raise NvrxError(f"Slurm did not say where job {job} runs", hint="pass --run-dir")
-    return Path(load_config().config.launcher.run_path(work_dir, job))
+    return Path(config.launcher.run_path(work_dir, job))

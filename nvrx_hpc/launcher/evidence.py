@@ -16,7 +16,6 @@ from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.launcher.policy import Attempt, NodeEvidence
 from nvrx_hpc.slurm.api import SlurmBackend
-from nvrx_hpc.slurm.runner import CommandRunner
 
 __all__ = [
     "HealthProbe", "quick_health", "Capacity", "partition_capacity", "gather_evidence", "HEALTH_PROBE_TIMEOUT_S",
@@ -90,15 +89,10 @@ class Capacity:
         return len(self.usable) >= self.needed
 
 
-def partition_capacity(
-    backend: SlurmBackend, runner: CommandRunner, partition: str | None, excluded: list[str], needed: int
-) -> Capacity:
-    """The partition's nodes a requeued job could still get. Raises NvrxError when Slurm cannot say."""
-    argv = ["sinfo", "--noheader", "--Node", "--format=%N"]
-    if partition:
-        argv.insert(1, f"--partition={partition}")
-    members = set(runner.run(argv, timeout=15).stdout.split())
-    nodes = [n for n in backend.list_nodes() if n.name in members]
+def partition_capacity(backend: SlurmBackend, partition: str | None, excluded: list[str], needed: int) -> Capacity:
+    """The partition's nodes a requeued job could still get (every node when the job names no partition).
+    Raises NvrxError when Slurm cannot say."""
+    nodes = [n for n in backend.list_nodes() if partition is None or partition in n.partitions]
     usable = tuple(sorted(n.name for n in nodes if n.usable and n.name not in excluded))
     return Capacity(partition, usable, needed)
 

@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
 import signal
 import socket
 import time
@@ -103,11 +102,10 @@ class Launcher:
     def _submit_time(self) -> str | None:
         """Slurm's SubmitTime for this job (new on each requeue), or None when Slurm cannot say."""
         try:
-            done = self.runner.run(["scontrol", "-o", "show", "job", str(self.ctx.job_id)], timeout=15)
+            submitted = self.backend.job(self.ctx.job_id).submit_time
         except NvrxError:
             return None
-        match = re.search(r"\bSubmitTime=(\S+)", done.stdout)
-        return match.group(1) if match else None
+        return None if submitted is None else str(submitted)
 
     def _write_state(self, stopped: str | None = None) -> None:
         state = {
@@ -304,7 +302,7 @@ class Launcher:
             return self._requeue(reason)
         try:
             cap = await asyncio.to_thread(
-                partition_capacity, self.backend, self.runner, self.ctx.partition, excluded, needed
+                partition_capacity, self.backend, self.ctx.partition, excluded, needed
             )
         except NvrxError as exc:  # fail open: requeue as asked; Slurm will say if it cannot run it
             self.events.emit("launcher.capacity_unknown", reason=exc.message)

@@ -122,6 +122,7 @@ class NodeInfo:
     reason_set_by: str | None = None
     reason_time: datetime | None = None
     address: str | None = None  # NodeAddr: where other nodes reach it (MASTER_ADDR for torch.distributed)
+    partitions: tuple[str, ...] = ()  # the partitions it belongs to
 
     @property
     def drained(self) -> bool:
@@ -179,6 +180,8 @@ class JobInfo:
     stdout: str | None = None
     comment: str = ""
     state_reason: str | None = None
+    work_dir: str | None = None  # where the job runs (sbatch's working directory)
+    submit_time: int | None = None  # epoch seconds; Slurm gives a requeued job a new one
 
     @property
     def finished(self) -> bool:

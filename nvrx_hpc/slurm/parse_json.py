@@ -16,6 +16,7 @@ Unknown extra fields are ignored; a missing field that matters raises SlurmParse
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -177,7 +178,8 @@ def _timestamp(value: Any) -> datetime | None:
 
 
 def _node(
-    name: str, state: Any, flags: Any, reason: Any, reason_user: Any, reason_time: Any, address: Any = None
+    name: str, state: Any, flags: Any, reason: Any, reason_user: Any, reason_time: Any, address: Any = None,
+    partitions: Any = None,
 ) -> NodeInfo:
     base, state_flags = node_state_from_tokens([*_tokens(state), *_tokens(flags)])
     text = _optional_text(reason, none_words=("",))
@@ -189,6 +191,7 @@ def _node(
         reason_set_by=_optional_text(reason_user) if text else None,
         reason_time=_timestamp(reason_time) if text else None,
         address=_optional_text(address),
+        partitions=tuple(str(p) for p in partitions) if isinstance(partitions, (list, tuple)) else (),
     )
 
 
@@ -214,6 +217,7 @@ def parse_nodes_json(text: str) -> list[NodeInfo]:
                     raw.get("reason_set_by_user"),
                     raw.get("reason_changed_at"),
                     raw.get("address"),
+                    raw.get("partitions"),
                 ),
             )
     elif isinstance(doc.get("sinfo"), list):
@@ -222,13 +226,16 @@ def parse_nodes_json(text: str) -> list[NodeInfo]:
             names = (group.get("nodes") or {}).get("nodes")
             state = (group.get("node") or {}).get("state")
             reason = group.get("reason") or {}
+            partition = (group.get("partition") or {}).get("name")
             for name in _names(names, "sinfo nodes/nodes"):
-                found.setdefault(
+                node = found.setdefault(
                     name,
                     _node(
                         name, state, None, reason.get("description"), reason.get("user"), reason.get("time")
                     ),
                 )
+                if partition and partition not in node.partitions:  # one group per partition it is in
+                    found[name] = dataclasses.replace(node, partitions=(*node.partitions, str(partition)))
     else:
         raise SlurmParseError("sinfo/scontrol --json output (no 'nodes' or 'sinfo' list)", text)
     return list(found.values())
@@ -327,6 +334,8 @@ def _job(raw: Mapping[str, Any], now: float) -> JobInfo:
         stdout=_stdout(raw, job_id, name, batch_host),
         comment=_text(raw.get("comment")),
         state_reason=_optional_text(raw.get("state_reason")),
+        work_dir=_optional_text(raw.get("current_working_directory")),
+        submit_time=_number(raw.get("submit_time"))[0] or None,
     )
 
 

@@ -144,7 +144,8 @@ def parse_nodes_text(text: str) -> list[NodeInfo]:
         base, flags = node_state_from_tokens(pairs["State"].split("+"))
         reason, user, when = split_reason(pairs.get("Reason", ""))
         address = pairs.get("NodeAddr") or None
-        nodes.append(NodeInfo(pairs["NodeName"], base, flags, reason, user, when, address))
+        partitions = tuple(p for p in pairs.get("Partitions", "").split(",") if p and p not in _NULLS)
+        nodes.append(NodeInfo(pairs["NodeName"], base, flags, reason, user, when, address, partitions))
     return nodes
 
 
@@ -198,6 +199,8 @@ def _job(record: str) -> JobInfo:
         batch_host=None if pairs.get("BatchHost", "") in _NULLS else pairs["BatchHost"],
         stdout=None if pairs.get("StdOut", "") in _NULLS else pairs["StdOut"],
         comment="" if pairs.get("Comment", "") == "(null)" else pairs.get("Comment", ""),
+        work_dir=None if pairs.get("WorkDir", "") in _NULLS else pairs["WorkDir"],
+        submit_time=_epoch(pairs.get("SubmitTime")),
         state_reason=None if pairs.get("Reason", "") in _NULLS else pairs["Reason"],
     )
 
@@ -209,3 +212,13 @@ def parse_jobs_text(text: str) -> list[JobInfo]:
         SlurmParseError: a record without JobId/JobState, or a bad NodeList.
     """
     return [_job(record) for record in split_records(text, "JobId")]
+
+
+def _epoch(value: str | None) -> int | None:
+    """scontrol's local `2026-12-04T01:06:54` as epoch seconds; None for Unknown/None or what does not parse."""
+    if not value or value in _NULLS:
+        return None
+    try:
+        return int(datetime.fromisoformat(value).timestamp())
+    except ValueError:
+        return None

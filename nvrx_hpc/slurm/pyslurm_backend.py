@@ -99,6 +99,7 @@ class PyslurmBackend:
             reason_set_by=(getattr(node, "reason_user", None) or None) if reason else None,
             reason_time=when if reason else None,
             address=getattr(node, "address", None) or None,
+            partitions=tuple(getattr(node, "partitions", None) or ()),
         )
 
     def list_nodes(self) -> list[NodeInfo]:
@@ -140,6 +141,8 @@ class PyslurmBackend:
             stdout=job.standard_output or None,
             comment=job.comment or "",
             state_reason=None if job.state_reason in (None, "", "None") else job.state_reason,
+            work_dir=getattr(job, "working_directory", None) or None,
+            submit_time=int(job.submit_time) if getattr(job, "submit_time", None) else None,
         )
 
     def jobs(self, job_ids: Iterable[int] | None = None) -> dict[int, JobInfo]:

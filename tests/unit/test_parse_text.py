@@ -176,3 +176,31 @@ def test_broken_records_raise(text: str) -> None:
             parse_nodes_text(text)
         else:
             parse_jobs_text(text)
+
+
+def test_work_dir_and_submit_time_agree_between_text_and_json(monkeypatch):
+    """Both shapes of the same 22.05 jobs (captured on a UTC host): the launcher's run-dir identity and the
+    Epilog's run-dir lookup read them, whichever backend is configured."""
+    import time
+
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        text = {j.job_id: j for j in parse_jobs_text(read("scontrol-show-job-22.05.8.txt"))}
+        json_jobs = parse_jobs_json(read("squeue-v0.0.38-22.05.8.json"))
+        for job in json_jobs:
+            if job.job_id in text:
+                assert (text[job.job_id].work_dir, text[job.job_id].submit_time) == (job.work_dir, job.submit_time)
+        assert text[1].work_dir == "/tmp/lab-adapter" and text[1].submit_time == 1796223602
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_each_shape_says_which_partitions_a_node_is_in():
+    """The launcher's requeue-capacity check counts the nodes of the job's partition from these."""
+    from nvrx_hpc.slurm.parse_text import parse_nodes_text
+
+    assert {n.partitions for n in parse_nodes_text(read("scontrol-show-node-22.05.8.txt"))} == {("debug",)}
+    assert {n.partitions for n in parse_nodes_json(read("sinfo-v0.0.38-22.05.8.json"))} == {("debug",)}
+    assert {n.partitions for n in parse_nodes_json(read("sinfo-v0.0.44-handwritten.json"))} >= {("batch",)}
