@@ -95,14 +95,13 @@ def find_run_dir(env: Mapping[str, str], job_id: str, *, slurm_timeout: float = 
         if env.get(var):
             path = Path(env[var])
             return path if path.is_dir() else None
-    pointed = read_run_pointer(job_id)  # what the launcher recorded on this node (`nvrx-hpc run --run-dir`)
-    if pointed is not None:
-        return pointed
     work_dir = env.get("SLURM_JOB_WORK_DIR") or _slurm_work_dir(job_id, slurm_timeout)
-    if not work_dir:
-        return None
-    path = _template_path(work_dir, job_id)
-    return path if path.is_dir() else None
+    path = _template_path(work_dir, job_id) if work_dir else None
+    if path is not None and path.is_dir():
+        return path
+    # Last: what the launcher recorded on this node (`nvrx-hpc run --run-dir`); after the template, because a
+    # pointer left by an older job with the same id (a cluster whose ids restarted) must not win over it.
+    return read_run_pointer(job_id)
 
 
 def take_lock(run_dir: Path, restart: str, node: str) -> bool:

@@ -35,7 +35,11 @@ def test_job_failed(env, failed):
     assert job_failed(env) is failed
 
 
-def test_find_run_dir(tmp_path):
+def test_find_run_dir(tmp_path, monkeypatch):
+    from nvrx_hpc.attribution import trigger
+
+    pointed: dict[str, Path] = {}  # what launchers recorded on this node (/tmp/nvrx-<uid>-<job>/run-dir)
+    monkeypatch.setattr(trigger, "read_run_pointer", pointed.get)
     run = tmp_path / "nvrx-runs" / "31"
     run.mkdir(parents=True)
     assert find_run_dir({"NVRX_RUN_DIR": str(run)}, "31") == run
@@ -43,6 +47,10 @@ def test_find_run_dir(tmp_path):
     assert find_run_dir({"NVRX_RUN_DIR": str(tmp_path / "absent")}, "31") is None
     assert find_run_dir({"SLURM_JOB_WORK_DIR": str(tmp_path), "NVRX_CONFIG": "/dev/null"}, "31") == run
     assert find_run_dir({"SLURM_JOB_WORK_DIR": str(tmp_path)}, "32") is None
+    pointed["32"] = run  # a --run-dir of the user's choice: found through the launcher's pointer
+    assert find_run_dir({"SLURM_JOB_WORK_DIR": str(tmp_path)}, "32") == run
+    pointed["31"] = tmp_path  # an older job's pointer never wins over the template's directory
+    assert find_run_dir({"SLURM_JOB_WORK_DIR": str(tmp_path), "NVRX_CONFIG": "/dev/null"}, "31") == run
 
 
 def _race(run_dir: str, node: str, results) -> None:
