@@ -13,10 +13,10 @@ as the job's user (initgroups, setgid, setuid in the child) and returns; that ch
 takes the lock and opens the log with O_NOFOLLOW, with nothing more than the user's own rights.
 
 Where the run directory comes from, first hit wins: `NVRX_RUN_DIR`, `SPANK_NVRX_RUN_DIR` (what the
-SPANK plugin can pass through the job-control environment), the path the launcher recorded on the batch
-host (`core.run_pointer`: a `--run-dir` of the user's choice), `SLURM_JOB_WORK_DIR` (newer Slurm), and
-last the job's WorkDir from `scontrol -o show job` (Slurm 22.05 gives the Epilog no directory),
-each with the launcher's run-dir template (`{submit_dir}/nvrx-runs/{job_id}` by default).
+SPANK plugin can pass through the job-control environment); then the launcher's run-dir template
+(`{submit_dir}/nvrx-runs/{job_id}` by default) under `SLURM_JOB_WORK_DIR` (newer Slurm) or the job's
+WorkDir from Slurm (22.05 gives the Epilog no directory); last the path the launcher recorded on the
+batch host (`core.run_pointer`: a `--run-dir` of the user's choice).
 """
 
 from __future__ import annotations
@@ -104,10 +104,10 @@ def find_run_dir(env: Mapping[str, str], job_id: str, *, slurm_timeout: float = 
     return read_run_pointer(job_id)
 
 
-def take_lock(run_dir: Path, restart: str, node: str) -> bool:
-    """Create `.attribution-<restart>.lock` exclusively (never through a symlink); True for the one caller that
-    created it."""
-    lock = run_dir / f".attribution-{restart}.lock"
+def take_lock(run_dir: Path, restart: str, node: str, kind: str = "attribution") -> bool:
+    """Create `.<kind>-<restart>.lock` exclusively (never through a symlink); True for the one caller that
+    created it (one node's Epilog acts for the job: the analysis here, the orphan check in the launcher)."""
+    lock = run_dir / f".{kind}-{restart}.lock"
     try:
         fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
     except FileExistsError:

@@ -136,7 +136,7 @@ def _orphan_check(env: dict[str, str]) -> int | None:
     """A --nvrx job (site mode): start the detached check that requeues it if its launcher died undecided
     (`nvrx_hpc.launcher.orphan`, as the job's user); its pid, None when not started. Never raises."""
     if env.get("SPANK_NVRX_ENABLED") != "1":
-        return None
+        return None  # not an nvrx job: nothing to import or load
     try:
         from nvrx_hpc.core.as_user import job_user, spawn_detached
         from nvrx_hpc.launcher.orphan import MODULE, wanted

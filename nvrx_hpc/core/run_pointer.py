@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from nvrx_hpc.core.safedir import private_dir
+from nvrx_hpc.core.safedir import private_dir, read_regular_file
 
 __all__ = ["job_tmp_dir", "write_run_pointer", "read_run_pointer"]
 
@@ -45,17 +45,8 @@ def read_run_pointer(job_id: int | str) -> Path | None:
         st = os.lstat(home)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
             return None
-        fd = os.open(home / _POINTER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        text = read_regular_file(home / _POINTER, _MAX, own=True).decode(errors="replace").strip()
     except OSError:
         return None
-    try:
-        fst = os.fstat(fd)
-        if not stat.S_ISREG(fst.st_mode) or fst.st_uid != os.geteuid():
-            return None
-        text = os.read(fd, _MAX).decode(errors="replace").strip()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     path = Path(text)
     return path if text and path.is_absolute() and "\n" not in text and path.is_dir() else None

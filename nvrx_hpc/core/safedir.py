@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nvrx_hpc.core.errors import NvrxError
 
-__all__ = ["private_dir", "job_dir", "check_ancestors"]
+__all__ = ["private_dir", "job_dir", "check_ancestors", "read_regular_file"]
 
 
 def _describe(st: os.stat_result) -> str:
@@ -91,3 +91,16 @@ def job_dir(path: Path, uid: int, gid: int, error: type[NvrxError] = NvrxError) 
     if os.geteuid() == 0 and st.st_uid != uid:
         os.chown(path, uid, gid, follow_symlinks=False)
     return path
+
+
+def read_regular_file(path: Path, limit: int, *, own: bool = False) -> bytes:
+    """Up to `limit` + 1 bytes of a regular file (of this user's, with `own`), never through a symlink, never
+    blocking on a FIFO. Raises OSError for anything else: the caller treats it as no file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (own and st.st_uid != os.geteuid()):
+            raise OSError(f"{path} is not a regular file{' of ours' if own else ''}")
+        return os.read(fd, limit + 1)
+    finally:
+        os.close(fd)

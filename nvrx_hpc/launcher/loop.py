@@ -47,7 +47,6 @@ ATTRIBUTION_TIMEOUT_S = 30.0  # a verdict that takes longer is not waited for
 log = logging.getLogger(__name__)
 
 
-
 class Launcher:
     def __init__(
         self, settings: RunSettings, ctx: JobContext, backend: SlurmBackend, runner: CommandRunner,

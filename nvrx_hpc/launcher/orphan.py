@@ -24,16 +24,17 @@ import json
 import logging
 import os
 import socket
-import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvrx_hpc.attribution.trigger import find_run_dir, take_lock
 from nvrx_hpc.core.config import NvrxConfig
 from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.core.events import EventLog
+from nvrx_hpc.core.safedir import read_regular_file
 from nvrx_hpc.launcher.rundir import IDENTITY_FILE, STATE_FILE
 from nvrx_hpc.launcher.status import STATUS_FILE
 from nvrx_hpc.slurm.api import JobInfo, SlurmBackend
@@ -62,17 +63,9 @@ def wanted(env: Mapping[str, str], config: NvrxConfig) -> bool:
 def read_small_json(path: Path) -> dict | None:
     """A JSON object from a regular file, never through a symlink, never blocking on a FIFO; None otherwise."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular_file(path, _MAX_BYTES)
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, _MAX_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     if len(data) > _MAX_BYTES:
         return None
     try:
@@ -120,16 +113,6 @@ def _settled(backend: SlurmBackend, job_id: str, timeout: float, sleep: Callable
         sleep(1.0)
 
 
-def _take_lock(run_dir: Path, restart: int) -> bool:
-    try:
-        fd = os.open(run_dir / f".orphan-{restart}.lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
-    except OSError:
-        return False
-    with os.fdopen(fd, "w") as out:
-        out.write(json.dumps({"node": socket.gethostname(), "pid": os.getpid(), "time": time.time()}) + "\n")
-    return True
-
-
 def requeue_if_orphaned(
     env: Mapping[str, str], backend: SlurmBackend, run_dir: Path, *, settle_timeout: float = _SETTLE_TIMEOUT_S,
     sleep: Callable[[float], None] = time.sleep,
@@ -137,7 +120,7 @@ def requeue_if_orphaned(
     """The detached child's work (already the job's user). Never raises NvrxError: it answers why not."""
     job_id = env.get("SLURM_JOB_ID", "")
     restart = env.get("SLURM_JOB_RESTART_COUNT") or env.get("SLURM_RESTART_COUNT") or "0"
-    if not _take_lock(run_dir, int(restart) if restart.isdigit() else 0):
+    if not take_lock(run_dir, restart, socket.gethostname(), kind="orphan"):
         return OrphanDecision(False, "another node's Epilog looks after this job")
     try:
         job = _settled(backend, job_id, settle_timeout, sleep)
@@ -160,7 +143,6 @@ def requeue_if_orphaned(
 
 def main() -> int:
     """`python -m nvrx_hpc.launcher.orphan`: the detached child the Epilog starts."""
-    from nvrx_hpc.attribution.trigger import find_run_dir
     from nvrx_hpc.core.config import load_config
     from nvrx_hpc.slurm.backend import get_backend
 
