@@ -25,8 +25,10 @@ from typing import Any
 from nvrx_hpc.agent.hang import Timeouts, calibrate, find_hangs
 from nvrx_hpc.agent.registry import RankRecord, RankState, Registry
 from nvrx_hpc.agent.server import RankSocketServer, WorkerLink
+from nvrx_hpc.core import messages as m
 from nvrx_hpc.core.errors import PeerUnreachable, ProtocolError
-from nvrx_hpc.core.wire import Codec, message, read_message
+from nvrx_hpc.core.messages import Kind, RankEventKind
+from nvrx_hpc.core.wire import Codec, read_message
 from nvrx_hpc.slurm.spank_messages import Register, StepEnd, TaskExit
 
 __all__ = ["AgentSettings", "Agent"]
@@ -99,13 +101,15 @@ class Agent:
 
     # ------------------------------------------------------------------ launcher link
 
-    def _report(self, kind: str, **fields: Any) -> None:
+    def _report(self, record: type[m.Frame], **fields: Any) -> None:
+        """Send the launcher one `ag.*` record, stamped with this job and node."""
         if self._writer is None:
             return
         try:
-            self._writer.write(self.codec.encode(message(kind, job=self.s.job, node=self.s.node, **fields)))
-        except (OSError, RuntimeError) as exc:
-            log.warning("[%s] cannot report %s to the launcher: %s", self.s.node, kind, exc)
+            msg = record(job=self.s.job, node=self.s.node, **fields)
+            self._writer.write(self.codec.encode(msg.to_wire()))
+        except (OSError, RuntimeError, ProtocolError) as exc:
+            log.warning("[%s] cannot report %s to the launcher: %s", self.s.node, record.KIND, exc)
 
     async def _connect(self, deadline_s: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         deadline = time.monotonic() + deadline_s
@@ -124,7 +128,8 @@ class Agent:
     async def _launcher_loop(self, reader: asyncio.StreamReader) -> None:
         while not self._stop.is_set():
             try:
-                msg = await read_message(reader, self.codec, timeout=None)
+                raw = await read_message(reader, self.codec, timeout=None)
+                msg = None if raw is None else m.parse(raw)
             except ProtocolError as exc:
                 log.error("[%s] bad frame from the launcher: %s", self.s.node, exc.message)
                 break
@@ -134,23 +139,42 @@ class Agent:
         log.info("[%s] launcher connection closed; stopping", self.s.node)
         self._stop.set()
 
-    async def _on_launcher(self, msg: dict) -> None:
-        kind = msg["type"]
-        if kind == "la.step":
-            self.registry.clear()
-            self.links.clear()
-            self.restart = int(msg.get("restart", 0))
-        elif kind == "la.timeouts":
-            self.timeouts = Timeouts.from_dict(msg.get("timeouts") or {})
-        elif kind == "la.stop":
-            await self._stop_all(float(msg.get("grace_s", self.s.term_grace_s)), msg.get("reason", "launcher"))
-        elif kind == "la.request_stop":
-            for link in list(self.links.values()):
-                link.send(message("a.stop", reason=msg.get("reason", "launcher")))
-        elif kind == "la.dump":
-            self._request_dumps(self.registry.live(), msg.get("reason", "launcher"))
-        elif kind == "la.shutdown":
-            self._stop.set()
+    async def _on_launcher(self, msg: m.Frame) -> None:
+        handler = self._LAUNCHER_HANDLERS.get(msg.KIND)
+        if handler is None:
+            log.warning("[%s] ignored a %s frame from the launcher", self.s.node, msg.KIND)
+            return
+        await handler(self, msg)
+
+    async def _on_step(self, msg: m.StepStart) -> None:
+        self.registry.clear()
+        self.links.clear()
+        self.restart = msg.restart
+
+    async def _on_timeouts(self, msg: m.LauncherTimeouts) -> None:
+        self.timeouts = Timeouts.from_dict(msg.timeouts)
+
+    async def _on_stop(self, msg: m.LauncherStop) -> None:
+        await self._stop_all(self.s.term_grace_s if msg.grace_s is None else msg.grace_s, msg.reason)
+
+    async def _on_request_stop(self, msg: m.RequestStop) -> None:
+        for link in list(self.links.values()):
+            link.send(m.AgentStop(reason=msg.reason))
+
+    async def _on_dump(self, msg: m.LauncherDump) -> None:
+        self._request_dumps(self.registry.live(), msg.reason)
+
+    async def _on_shutdown(self, msg: m.Shutdown) -> None:
+        self._stop.set()
+
+    _LAUNCHER_HANDLERS = {
+        Kind.LA_STEP: _on_step,
+        Kind.LA_TIMEOUTS: _on_timeouts,
+        Kind.LA_STOP: _on_stop,
+        Kind.LA_REQUEST_STOP: _on_request_stop,
+        Kind.LA_DUMP: _on_dump,
+        Kind.LA_SHUTDOWN: _on_shutdown,
+    }
 
     # ------------------------------------------------------------------ rank messages
 
@@ -162,54 +186,71 @@ class Agent:
                 msg.rank, msg.pid, local_rank=msg.local_rank, restart=msg.restart_count, source="spank"
             )
             if new:
-                self._report("ag.rank", event="registered", rank=msg.rank, pid=msg.pid, source="spank", step=msg.step)
+                self._report(m.RankEvent, event=RankEventKind.REGISTERED, rank=msg.rank, pid=msg.pid,
+                             source="spank", step=msg.step)
         elif isinstance(msg, TaskExit):
             record = self.registry.get(msg.rank)
             if record is not None and record.pid == msg.pid:
                 record.exit_code, record.signal = msg.exit_code, msg.signal
                 self._mark_exited(record, "spank")
 
-    def _on_worker(self, msg: dict, link: WorkerLink) -> None:
-        kind, rank = msg.get("type"), msg.get("rank")
-        if not isinstance(rank, int) or rank < 0:
+    def _on_worker(self, msg: m.Frame, link: WorkerLink) -> None:
+        rank = getattr(msg, "rank", -1)
+        if rank < 0:
+            return
+        if isinstance(msg, m.WorkerHello):
+            self._on_hello(msg, link)
             return
         record = self.registry.get(rank)
-        now = time.time()
-        if kind == "w.hello":
-            pid = link.peer_pid or int(msg.get("pid", 0))
-            if pid <= 0:
-                return
-            record, new = self.registry.register(
-                rank, pid, local_rank=msg.get("local_rank"), restart=int(msg.get("restart", 0) or 0), source="worker"
-            )
-            record.source = "worker"
-            self.links[rank] = link
-            link.send(message("a.timeouts", timeouts=self.timeouts.to_dict()))
-            if new:
-                self._report("ag.rank", event="registered", rank=rank, pid=pid, source="worker")
+        handler = self._WORKER_HANDLERS.get(msg.KIND)
+        if record is not None and record.state != RankState.EXITED and handler is not None:
+            handler(self, msg, record)
+
+    def _on_hello(self, msg: m.WorkerHello, link: WorkerLink) -> None:
+        pid = link.peer_pid or msg.pid
+        if pid <= 0:
             return
-        if record is None or record.state == RankState.EXITED:
-            return
-        if kind == "w.hb":
-            record.beat(int(msg.get("beats", 0)), float(msg.get("t", now)))
-        elif kind == "w.sec":
-            name = str(msg.get("name", ""))[:128]
-            if msg.get("open"):
-                record.sections[name] = float(msg.get("t", now))
-            else:
-                record.sections.pop(name, None)
-        elif kind == "w.iter":
-            first = record.iteration is None
-            record.iteration = int(msg.get("n", 0))
-            if first:  # training is (back) under way: the launcher times restarts from this
-                self._report("ag.rank", event="first_iteration", rank=rank, iteration=record.iteration)
-        elif kind == "w.bye":
-            # Finished and tearing down (torch can take seconds to exit): no longer subject to hang deadlines.
-            record.finishing = True
-        elif kind == "w.timeouts":
-            heartbeat = (msg.get("timeouts") or {}).get("heartbeat")
-            if isinstance(heartbeat, (int, float)) and heartbeat > 0:
-                self.restored_heartbeat = max(self.restored_heartbeat or 0.0, float(heartbeat))
+        record, new = self.registry.register(
+            msg.rank, pid, local_rank=msg.local_rank, restart=msg.restart, source="worker"
+        )
+        record.source = "worker"
+        self.links[msg.rank] = link
+        link.send(m.AgentTimeouts(timeouts=self.timeouts.to_dict()))
+        if new:
+            self._report(m.RankEvent, event=RankEventKind.REGISTERED, rank=msg.rank, pid=pid, source="worker")
+
+    def _on_heartbeat(self, msg: m.Heartbeat, record: RankRecord) -> None:
+        record.beat(msg.beats, msg.t)
+
+    def _on_section(self, msg: m.SectionMark, record: RankRecord) -> None:
+        name = msg.name[:128]
+        if msg.open:
+            record.sections[name] = msg.t
+        else:
+            record.sections.pop(name, None)
+
+    def _on_iteration(self, msg: m.Iteration, record: RankRecord) -> None:
+        first = record.iteration is None
+        record.iteration = msg.n
+        if first:  # training is (back) under way: the launcher times restarts from this
+            self._report(m.RankEvent, event=RankEventKind.FIRST_ITERATION, rank=msg.rank, iteration=msg.n)
+
+    def _on_bye(self, msg: m.WorkerBye, record: RankRecord) -> None:
+        # Finished and tearing down (torch can take seconds to exit): no longer subject to hang deadlines.
+        record.finishing = True
+
+    def _on_restored_timeouts(self, msg: m.WorkerTimeouts, record: RankRecord) -> None:
+        heartbeat = msg.timeouts.get("heartbeat")
+        if isinstance(heartbeat, (int, float)) and not isinstance(heartbeat, bool) and heartbeat > 0:
+            self.restored_heartbeat = max(self.restored_heartbeat or 0.0, float(heartbeat))
+
+    _WORKER_HANDLERS = {
+        Kind.W_HEARTBEAT: _on_heartbeat,
+        Kind.W_SECTION: _on_section,
+        Kind.W_ITERATION: _on_iteration,
+        Kind.W_BYE: _on_bye,
+        Kind.W_TIMEOUTS: _on_restored_timeouts,
+    }
 
     def _on_worker_gone(self, link: WorkerLink) -> None:
         for rank, known in list(self.links.items()):
@@ -227,7 +268,7 @@ class Agent:
         record.reported_exit = True
         record.exit_unknown = record.exit_code is None and record.signal is None
         self._report(
-            "ag.rank", event="exited", rank=record.rank, pid=record.pid, exit_code=record.exit_code,
+            m.RankEvent, event=RankEventKind.EXITED, rank=record.rank, pid=record.pid, exit_code=record.exit_code,
             signal=record.signal, source=source, iteration=record.iteration, sections=sorted(record.sections),
         )
 
@@ -240,14 +281,14 @@ class Agent:
             new_timeouts = calibrate(self.timeouts, list(self.registry.ranks.values()), self.restored_heartbeat)
             if new_timeouts != self.timeouts:
                 self.timeouts = new_timeouts
-                self._report("ag.calibration", timeouts=self.timeouts.to_dict())
+                self._report(m.Calibration, timeouts=self.timeouts.to_dict())
                 for link in list(self.links.values()):
-                    link.send(message("a.timeouts", timeouts=self.timeouts.to_dict()))
+                    link.send(m.AgentTimeouts(timeouts=self.timeouts.to_dict()))
             for hang in find_hangs(list(self.registry.ranks.values()), self.timeouts, now):
                 record = self.registry.ranks[hang.rank]
                 record.state = RankState.HUNG
                 self._report(
-                    "ag.rank", event="hung", rank=hang.rank, pid=record.pid, reason=hang.reason,
+                    m.RankEvent, event=RankEventKind.HUNG, rank=hang.rank, pid=record.pid, reason=hang.reason,
                     silent_s=round(hang.silent_s, 3), sections=sorted(record.sections), iteration=record.iteration,
                     last_beat_at=record.last_beat_at,
                 )
@@ -256,7 +297,7 @@ class Agent:
 
     async def _status_loop(self) -> None:
         while not self._stop.is_set():
-            self._report("ag.status", ranks=self.registry.summary(), timeouts=self.timeouts.to_dict())
+            self._report(m.AgentStatus, ranks=self.registry.summary(), timeouts=self.timeouts.to_dict())
             await asyncio.sleep(self.s.status_s)
 
     # ------------------------------------------------------------------ stopping ranks
@@ -265,7 +306,7 @@ class Agent:
         for record in records:
             link = self.links.get(record.rank)
             if link is not None:
-                link.send(message("a.dump", reason=reason))
+                link.send(m.AgentDump(reason=reason))
             if record.source == "worker":  # the worker API registered faulthandler for SIGUSR1
                 _signal(record.pid, signal.SIGUSR1)
 
@@ -294,7 +335,7 @@ class Agent:
     async def _stop_all(self, grace_s: float, reason: str) -> None:
         live = [r for r in self.registry.ranks.values() if r.state != RankState.EXITED]
         await self._terminate(live, grace_s)
-        self._report("ag.stopped", ranks=[r.rank for r in live], reason=reason)
+        self._report(m.AgentStopped, ranks=tuple(r.rank for r in live), reason=reason)
 
     # ------------------------------------------------------------------ main
 
@@ -311,7 +352,8 @@ class Agent:
 
         def on_fatal(result) -> None:  # a monitor thread: hand over to the event loop
             loop.call_soon_threadsafe(
-                lambda: self._report("ag.health", check=result.name, verdict=result.verdict.value, detail=result.detail)
+                lambda: self._report(m.HealthFailed, check=result.name, verdict=result.verdict.value,
+                                     detail=result.detail)
             )
 
         monitor = None
@@ -324,7 +366,7 @@ class Agent:
                 monitor.start()
             except Exception as exc:  # noqa: BLE001 - fail open: no health loop is better than no agent
                 log.error("[%s] health loop not started: %s", self.s.node, exc)
-                self._report("ag.health_unavailable", reason=str(exc))
+                self._report(m.HealthUnavailable, reason=str(exc))
                 monitor = None
         return monitor, server
 
@@ -342,11 +384,12 @@ class Agent:
                 await self.server.close()
                 return 0
         reader, self._writer = await self._connect(self.s.connect_s)
-        challenge = await read_message(reader, self.codec, timeout=_CHALLENGE_WAIT_S)  # the launcher speaks first
-        if challenge is None or challenge.get("type") != "la.challenge" or not isinstance(challenge.get("nonce"), str):
-            got = challenge.get("type") if challenge else None
+        first = await read_message(reader, self.codec, timeout=_CHALLENGE_WAIT_S)  # the launcher speaks first
+        challenge = None if first is None else m.parse(first)
+        if not isinstance(challenge, m.Challenge):
+            got = challenge.KIND.value if challenge else None
             raise ProtocolError(f"the launcher did not open with a challenge (got {got!r})")
-        self._report("ag.hello", pid=os.getpid(), socket=str(self.s.socket_path), nonce=challenge["nonce"])
+        self._report(m.AgentHello, pid=os.getpid(), socket=str(self.s.socket_path), nonce=challenge.nonce)
         monitor, metrics_server = self._start_health(loop)
         tasks = [
             loop.create_task(self._launcher_loop(reader)),
@@ -360,7 +403,7 @@ class Agent:
             await asyncio.to_thread(monitor.stop)
         if metrics_server is not None:
             metrics_server.close()
-        self._report("ag.bye")
+        self._report(m.AgentBye)
         try:
             await asyncio.wait_for(self._writer.drain(), 2)
         except (OSError, asyncio.TimeoutError):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nvrx_hpc.core.errors import ProtocolError
+from nvrx_hpc.core.messages import Frame, parse
 from nvrx_hpc.core.safedir import private_dir
 from nvrx_hpc.core.wire import Codec, FrameReader
 from nvrx_hpc.slurm.spank_messages import MAX_LINE_BYTES, parse_spank_line
@@ -41,11 +42,11 @@ class WorkerLink:
         self.codec = codec
         self.peer_pid = peer_pid
 
-    def send(self, msg: dict[str, Any]) -> None:
+    def send(self, msg: Frame) -> None:
         try:
-            self.writer.write(self.codec.encode(msg))
-        except (OSError, RuntimeError) as exc:
-            log.debug("cannot send %s to rank pid %s: %s", msg.get("type"), self.peer_pid, exc)
+            self.writer.write(self.codec.encode(msg.to_wire()))
+        except (OSError, RuntimeError, ProtocolError) as exc:
+            log.debug("cannot send %s to rank pid %s: %s", msg.KIND, self.peer_pid, exc)
 
 
 def _peer_creds(writer: asyncio.StreamWriter) -> tuple[int, int] | None:
@@ -75,7 +76,7 @@ class RankSocketServer:
         path: Path,
         codec: Codec | None,
         on_spank: Callable[[Any], None],
-        on_worker: Callable[[dict, WorkerLink], Awaitable[None] | None],
+        on_worker: Callable[[Frame, WorkerLink], Awaitable[None] | None],
         on_worker_gone: Callable[[WorkerLink], None],
         on_attach: AttachHandler | None = None,
     ) -> None:
@@ -179,7 +180,7 @@ class RankSocketServer:
         try:
             while data:
                 try:
-                    messages = frames.feed(data)
+                    messages = [parse(raw) for raw in frames.feed(data)]
                 except ProtocolError as exc:
                     self.rejected += 1
                     log.warning("closed a rank connection (pid %s): %s", link.peer_pid, exc.message)

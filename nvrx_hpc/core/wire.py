@@ -5,7 +5,7 @@ Frame (docs/wire-protocol.md)::
     length  u32 big-endian   bytes that follow: 1 + 32 + len(payload), at most max_frame
     version u8               PROTOCOL_VERSION (1)
     tag     32 bytes         HMAC-SHA256(token, version byte + payload)
-    payload msgpack          a map with string keys and a string "type"
+    payload msgpack          a map with string keys and a string "type" (nvrx_hpc.core.messages: the records)
 
 Every rejection is a ProtocolError that names the check that failed. No pickle, no msgpack extension types.
 """
@@ -19,7 +19,6 @@ import hmac
 import os
 import secrets
 import stat
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +32,6 @@ if TYPE_CHECKING:  # asyncio is imported where used: a worker's link thread neve
 
 __all__ = [
     "PROTOCOL_VERSION",
-    "MESSAGE_VERSION",
     "DEFAULT_MAX_FRAME",
     "HEADER_SIZE",
     "TAG_SIZE",
@@ -42,7 +40,6 @@ __all__ = [
     "WireTimeout",
     "Codec",
     "FrameReader",
-    "message",
     "read_message",
     "write_message",
     "new_token",
@@ -53,7 +50,6 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
-MESSAGE_VERSION = 1
 DEFAULT_MAX_FRAME = 1 << 20  # 1 MiB: the largest allowed value of the length field
 HEADER_SIZE = 4
 TAG_SIZE = 32
@@ -261,11 +257,6 @@ class FrameReader:
         if self.pending:
             what = "header" if self._need is None else f"frame of {self._need} bytes"
             raise ProtocolError(f"truncated {what}: stream ended with {self.pending} bytes of it")
-
-
-def message(kind: str, *, job: str | None = None, **fields: Any) -> dict[str, Any]:
-    """A message with the standard envelope: type, v (MESSAGE_VERSION), job, time (Unix seconds)."""
-    return {"type": kind, "v": MESSAGE_VERSION, "job": job, "time": time.time(), **fields}
 
 
 async def read_message(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from nvrx_hpc.core import messages as m
+from nvrx_hpc.core.messages import Kind, RankEventKind
 
 if TYPE_CHECKING:
     from nvrx_hpc.launcher.hub import HubEvent
@@ -16,7 +18,7 @@ __all__ = ["Finding", "pick_culprit", "finding_from_event"]
 class Finding:
     """One thing that went wrong in a step, as the agents or srun saw it."""
 
-    kind: str  # "exited" | "hung" | "agent_lost" | "health" | "srun"
+    kind: str  # "exited" | "exited_unknown" | "hung" | "agent_lost" | "health" | "srun"
     time: float
     node: str | None
     rank: int | None = None
@@ -52,32 +54,39 @@ def pick_culprit(findings: list[Finding], comm_sections: frozenset[str]) -> Find
 
 def finding_from_event(event: HubEvent, nodes: list[str]) -> tuple[Finding | None, int | None]:
     """What an agent's event says went wrong on `nodes` (None: nothing), and the iteration it carries."""
-    data = event.data
-    iteration = data.get("iteration") if isinstance(data.get("iteration"), int) else None
-    if isinstance(data.get("time"), (int, float)):  # when the agent saw it, not when it arrived here
-        event = dataclasses.replace(event, time=float(data["time"]))
-    if event.kind == "ag.health" and event.node in nodes:
-        why = f"{event.node} failed health check {data.get('check')}: {data.get('detail')}"
-        return Finding("health", event.time, event.node, reason=why), None
-    if event.kind == "hub.agent_lost" and event.node in nodes:
-        silent = f" (silent for {data['silent_s']:g} s)" if "silent_s" in data else ""
-        return Finding("agent_lost", event.time, event.node, reason=f"node agent on {event.node} lost{silent}"), None
-    if event.kind != "ag.rank" or event.node not in nodes:
+    msg = event.msg
+    iteration = msg.iteration if isinstance(msg, m.RankEvent) else None
+    if event.node not in nodes:
         return None, iteration
-    rank = data.get("rank")
-    if data.get("event") == "hung":
-        why = f"rank {rank} on {event.node} hung: {data.get('reason')}"
-        sections = tuple(data.get("sections") or ())
-        return Finding("hung", event.time, event.node, rank, why, sections, data.get("last_beat_at")), iteration
-    if data.get("event") == "exited":
-        code, sig = data.get("exit_code"), data.get("signal")
-        if code == 0 and not sig:
-            return None, iteration
-        if code is None and not sig:
-            why = f"rank {rank} on {event.node} exited (seen by the PID watch; no exit status)"
-            return Finding("exited_unknown", event.time, event.node, rank, why), iteration
-        else:
-            how = f"killed by signal {sig}" if sig else f"exited with code {code}"
-        return Finding("exited", event.time, event.node, rank, f"rank {rank} on {event.node} {how}",
-                       tuple(data.get("sections") or ())), iteration
-    return None, iteration
+    judge = _JUDGES.get(msg.KIND)
+    # msg.time: when the agent saw it, not when it arrived here
+    return (judge(msg, event.node, getattr(msg, "time", event.time)) if judge else None), iteration
+
+
+def _health(msg: m.HealthFailed, node: str, at: float) -> Finding:
+    return Finding("health", at, node, reason=f"{node} failed health check {msg.check}: {msg.detail}")
+
+
+def _agent_lost(msg: m.AgentLost, node: str, at: float) -> Finding:
+    silent = f" (silent for {msg.silent_s:g} s)" if msg.silent_s is not None else ""
+    return Finding("agent_lost", at, node, reason=f"node agent on {node} lost{silent}")
+
+
+def _rank(msg: m.RankEvent, node: str, at: float) -> Finding | None:
+    rank = msg.rank
+    if msg.event is RankEventKind.HUNG:
+        why = f"rank {rank} on {node} hung: {msg.reason}"
+        return Finding("hung", at, node, rank, why, msg.sections, msg.last_beat_at)
+    if msg.event is not RankEventKind.EXITED:
+        return None
+    code, sig = msg.exit_code, msg.signal
+    if code == 0 and not sig:
+        return None
+    if code is None and not sig:
+        why = f"rank {rank} on {node} exited (seen by the PID watch; no exit status)"
+        return Finding("exited_unknown", at, node, rank, why)
+    how = f"killed by signal {sig}" if sig else f"exited with code {code}"
+    return Finding("exited", at, node, rank, f"rank {rank} on {node} {how}", msg.sections)
+
+
+_JUDGES = {Kind.AG_HEALTH: _health, Kind.HUB_AGENT_LOST: _agent_lost, Kind.AG_RANK: _rank}

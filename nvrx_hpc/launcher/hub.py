@@ -16,8 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvrx_hpc.core import messages as m
 from nvrx_hpc.core.errors import ProtocolError
-from nvrx_hpc.core.wire import Codec, message, read_message, write_message
+from nvrx_hpc.core.messages import Kind
+from nvrx_hpc.core.wire import Codec, read_message, write_message
 
 __all__ = ["AgentHub", "AgentLink", "HubEvent"]
 
@@ -43,12 +45,15 @@ class AgentLink:
 
 @dataclass(frozen=True)
 class HubEvent:
-    """Something an agent said (kind `ag.*`), or `hub.agent_lost` when its connection dropped."""
+    """Something an agent said (an `ag.*` record), or an AgentLost the hub made when its link dropped."""
 
-    kind: str
     node: str
-    data: dict[str, Any]
-    time: float
+    msg: m.Frame
+    time: float  # when it arrived here
+
+    @property
+    def kind(self) -> Kind:
+        return self.msg.KIND
 
 
 class AgentHub:
@@ -80,19 +85,20 @@ class AgentHub:
         if self._server is not None:
             self._server.close()
 
-    def send(self, node: str, kind: str, **fields: Any) -> bool:
+    def send(self, node: str, record: type[m.Frame], **fields: Any) -> bool:
+        """Send one node's agent an `la.*` record, stamped with this job."""
         link = self.agents.get(node)
         if link is None:
             return False
         try:
-            link.writer.write(self.codec.encode(message(kind, job=self.job, **fields)))
+            link.writer.write(self.codec.encode(record(job=self.job, **fields).to_wire()))
             return True
-        except (OSError, RuntimeError):
+        except (OSError, RuntimeError, ProtocolError):
             return False
 
-    def broadcast(self, kind: str, nodes: list[str] | None = None, **fields: Any) -> None:
+    def broadcast(self, record: type[m.Frame], nodes: list[str] | None = None, **fields: Any) -> None:
         for node in nodes if nodes is not None else list(self.agents):
-            self.send(node, kind, **fields)
+            self.send(node, record, **fields)
 
     async def wait_for_agents(self, nodes: list[str], timeout: float) -> list[str]:
         """Wait until every node's agent said hello; returns the nodes still missing at the deadline."""
@@ -120,12 +126,13 @@ class AgentHub:
             self._preauth.pop(source, None)
 
     async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     peer: Any) -> tuple[AgentLink, dict[str, Any]] | None:
+                     peer: Any) -> tuple[AgentLink, m.AgentHello] | None:
         """Challenge, then the first frame: an ag.hello echoing the nonce, within PREAUTH_S and PREAUTH_BYTES."""
         nonce = secrets.token_hex(16)
         try:
-            await write_message(writer, self.codec, message("la.challenge", job=self.job, nonce=nonce), PREAUTH_S)
-            msg = await read_message(reader, self._preauth_codec, timeout=PREAUTH_S)
+            await write_message(writer, self.codec, m.Challenge(job=self.job, nonce=nonce).to_wire(), PREAUTH_S)
+            raw = await read_message(reader, self._preauth_codec, timeout=PREAUTH_S)
+            msg = None if raw is None else m.parse(raw)
         except ProtocolError as exc:
             self.rejected += 1
             log.warning("dropped a connection from %s before its hello: %s", peer, exc.message)
@@ -134,20 +141,15 @@ class AgentHub:
             return None
         if msg is None:
             return None
-        node = str(msg.get("node", ""))
-        if msg.get("type") != "ag.hello" or not node:
+        if not isinstance(msg, m.AgentHello) or not msg.node:
             self.rejected += 1
-            log.warning("dropped %s: first frame was %r, not ag.hello", peer, msg.get("type"))
+            log.warning("dropped %s: first frame was %s, not an ag.hello with a node", peer, msg.KIND)
             return None
-        if msg.get("nonce") != nonce:  # a hello recorded on another connection
+        if msg.nonce != nonce:  # a hello recorded on another connection
             self.rejected += 1
-            log.warning("dropped %s: its ag.hello for %s does not answer this connection's challenge", peer, node)
+            log.warning("dropped %s: its ag.hello for %s does not answer this connection's challenge", peer, msg.node)
             return None
-        try:
-            pid = int(msg.get("pid", 0))
-        except (TypeError, ValueError):
-            pid = 0
-        return AgentLink(node=node, pid=pid, writer=writer), msg
+        return AgentLink(node=msg.node, pid=msg.pid, writer=writer), msg
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
@@ -173,7 +175,8 @@ class AgentHub:
             await self._handle(link, first)
             while True:
                 try:
-                    msg = await read_message(reader, self.codec, timeout=None)
+                    raw = await read_message(reader, self.codec, timeout=None)
+                    msg = None if raw is None else m.parse(raw)
                 except ProtocolError as exc:
                     self.rejected += 1
                     log.warning("dropped a connection from %s: %s", peer, exc.message)
@@ -189,16 +192,17 @@ class AgentHub:
             if link is not None and self.agents.get(link.node) is link:
                 del self.agents[link.node]
                 if not self._closing:
-                    await self.events.put(HubEvent("hub.agent_lost", link.node, {}, time.time()))
+                    now = time.time()
+                    await self.events.put(HubEvent(link.node, m.AgentLost(node=link.node, time=now), now))
 
-    async def _handle(self, link: AgentLink, msg: dict[str, Any]) -> None:
-        if str(msg.get("node", "")) != link.node:
+    async def _handle(self, link: AgentLink, msg: m.Frame) -> None:
+        if not msg.KIND.value.startswith("ag.") or getattr(msg, "node", None) != link.node:
             self.rejected += 1
-            log.warning("agent of %s sent a frame for %s; ignored", link.node, msg.get("node"))
+            log.warning("agent of %s sent a %s frame for %s; ignored", link.node, msg.KIND, getattr(msg, "node", "?"))
             return
         link.last_seen = time.time()
-        if msg["type"] == "ag.status":
-            link.ranks = dict(msg.get("ranks") or {})
-            link.timeouts = dict(msg.get("timeouts") or {})
+        if isinstance(msg, m.AgentStatus):
+            link.ranks = dict(msg.ranks)
+            link.timeouts = dict(msg.timeouts)
             return
-        await self.events.put(HubEvent(msg["type"], link.node, msg, time.time()))
+        await self.events.put(HubEvent(link.node, msg, time.time()))

@@ -13,6 +13,7 @@ import socket
 import time
 from typing import Any
 
+from nvrx_hpc.core import messages as m
 from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
@@ -181,7 +182,7 @@ class Launcher:
             code = await self._attempts(env, socket_template)
         finally:
             status_task.cancel()
-            self.hub.broadcast("la.shutdown")
+            self.hub.broadcast(m.Shutdown)
             await asyncio.sleep(0.2)
             await asyncio.gather(*(step.stop(3.0) for step in agents))
             await self.hub.close()
@@ -366,8 +367,8 @@ class Launcher:
         nodes = sort_hosts(self.pool.active)  # Slurm places rank 0 on the first node in its own order
         hub = self.hub
         self._drain_queue()
-        hub.broadcast("la.step", nodes=nodes, restart=restart)
-        hub.broadcast("la.timeouts", nodes=nodes, timeouts=self._timeouts())
+        hub.broadcast(m.StepStart, nodes=nodes, restart=restart)
+        hub.broadcast(m.LauncherTimeouts, nodes=nodes, timeouts=self._timeouts())
         step_env = {
             "MASTER_ADDR": self._address_of(nodes[0]),
             "MASTER_PORT": str(_free_port()),
@@ -434,7 +435,7 @@ class Launcher:
             return
         self._stop_requested.set()
         self.events.emit("launcher.time_limit_warning", reason="SIGUSR1 from Slurm: ranks asked to checkpoint and exit")
-        self.hub.broadcast("la.request_stop", reason="time limit")
+        self.hub.broadcast(m.RequestStop, reason="time limit")
 
     def _publish_status(self, final: bool = False) -> None:
         status = launcher_status(self.hub.agents if self.hub else {}, final=final)

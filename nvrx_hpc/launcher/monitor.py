@@ -12,7 +12,9 @@ import dataclasses
 import time
 from typing import Protocol
 
+from nvrx_hpc.core import messages as m
 from nvrx_hpc.core.events import EventLog
+from nvrx_hpc.core.messages import RankEventKind
 from nvrx_hpc.launcher.culprit import Finding, finding_from_event
 from nvrx_hpc.launcher.hub import AgentHub, HubEvent
 from nvrx_hpc.launcher.settings import RunSettings
@@ -72,10 +74,11 @@ class StepWatch:
             finding, iteration = finding_from_event(event, nodes)
             if iteration is not None:
                 iterations.append(iteration)
-            if event.kind == "ag.rank" and event.data.get("event") == "first_iteration" and not first_iteration_seen:
+            msg = event.msg
+            if isinstance(msg, m.RankEvent) and msg.event is RankEventKind.FIRST_ITERATION and not first_iteration_seen:
                 first_iteration_seen = True
-                self.events.emit("launcher.step.first_iteration", node=event.node, rank=event.data.get("rank"),
-                                 iteration=iteration, at=event.data.get("time"))
+                self.events.emit("launcher.step.first_iteration", node=event.node, rank=msg.rank,
+                                 iteration=iteration, at=msg.time)
             if finding is None:
                 continue
             if finding.kind == "exited_unknown":
@@ -93,7 +96,7 @@ class StepWatch:
             self.ranks.update({str(rank): {**info, "node": node} for rank, info in link.ranks.items()})
         max_iteration = max(iterations) if iterations else None
         if not waiter.done():
-            self.hub.broadcast("la.stop", nodes=nodes, grace_s=self.s.stop_grace_s, reason="step failed")
+            self.hub.broadcast(m.LauncherStop, nodes=nodes, grace_s=self.s.stop_grace_s, reason="step failed")
             await step.stop(self.s.stop_grace_s + 2)
             self.events.emit("launcher.step.stopped", reason=findings[0].reason if findings else "")
         rc = await waiter
@@ -111,5 +114,5 @@ class StepWatch:
             link = self.hub.agents.get(node)
             if link is not None and node not in silenced and now - link.last_seen > self.s.agent_silent_s:
                 silenced.add(node)
-                return HubEvent("hub.agent_lost", node, {"silent_s": round(now - link.last_seen, 1)}, now)
+                return HubEvent(node, m.AgentLost(node=node, silent_s=round(now - link.last_seen, 1), time=now), now)
         return None

@@ -39,6 +39,7 @@ STARVED = 0.1
 YIELD = 0.001
 YIELD_EVERY = 0.05
 
+messages: Any = None  # nvrx_hpc.core.messages, bound by the first Client
 _monotonic = time.monotonic
 _now = time.time
 _sleep = time.sleep
@@ -92,6 +93,9 @@ class Client:
     """
 
     def __init__(self, env: WorkerEnv, *, hb_interval: float = HEARTBEAT_INTERVAL) -> None:
+        global messages
+        from nvrx_hpc.core import messages  # here, not at import: a rank without an agent never needs it
+
         self.env = env
         self.hb_interval = hb_interval
         self.rank = env.rank
@@ -100,7 +104,7 @@ class Client:
         self.stop_reason: Any = None
         self.beats = 0
         self.last_beat = 0.0  # monotonic time of the last heartbeat()
-        self.events: deque[dict[str, Any]] = deque()
+        self.events: deque[Any] = deque()  # records of nvrx_hpc.core.messages, oldest first
         self.hb_armed = True
         self.ev_armed = True
         self.link_due = float("inf")  # monotonic time by which the link thread means to run again
@@ -142,7 +146,7 @@ class Client:
         sender = self._sender
         if sender is None:
             return
-        self.push({"type": "w.bye", "rank": self.rank})
+        self.push(messages.WorkerBye(rank=self.rank))
         sender.finish(wait)
 
     def wake(self) -> None:
@@ -163,7 +167,7 @@ class Client:
         elif now - self.link_due > STARVED:
             self._let_link_run(now)
 
-    def push(self, msg: dict[str, Any]) -> None:
+    def push(self, msg: Any) -> None:
         self.events.append(msg)
         if self.ev_armed:
             self.ev_armed = False
@@ -186,7 +190,7 @@ class Client:
         depth = self._open.get(name, 0)
         self._open[name] = depth + 1
         if depth == 0:
-            self.push({"type": "w.sec", "rank": self.rank, "name": name, "open": True, "t": _now()})
+            self.push(messages.SectionMark(rank=self.rank, name=name, open=True, t=_now()))
 
     def end_section(self, name: str) -> None:
         depth = self._open.get(name, 0)
@@ -195,13 +199,13 @@ class Client:
             return
         if depth == 1:
             del self._open[name]
-            self.push({"type": "w.sec", "rank": self.rank, "name": name, "open": False, "t": _now()})
+            self.push(messages.SectionMark(rank=self.rank, name=name, open=False, t=_now()))
         else:
             self._open[name] = depth - 1
 
     def set_iteration(self, n: int) -> None:
         n = operator.index(n)
-        self.push({"type": "w.iter", "rank": self.rank, "n": n, "t": _now()})
+        self.push(messages.Iteration(rank=self.rank, n=n, t=_now()))
 
     def stop_requested(self) -> bool:
         return self.stop
@@ -216,4 +220,4 @@ class Client:
         timeouts = check_timeouts_state(state)
         self.timeouts = timeouts
         if timeouts:
-            self.push({"type": "w.timeouts", "rank": self.rank, "timeouts": timeouts})
+            self.push(messages.WorkerTimeouts(rank=self.rank, timeouts=timeouts))

@@ -20,6 +20,10 @@ import threading
 import time
 from typing import Any
 
+from nvrx_hpc.core import messages as m
+from nvrx_hpc.core.errors import ProtocolError
+from nvrx_hpc.core.messages import Kind
+
 __all__ = ["Sender", "SEND_TIMEOUT", "BACKOFF_MIN", "BACKOFF_MAX", "MAX_BATCH", "MAX_BACKLOG"]
 
 log = logging.getLogger(__name__)
@@ -56,8 +60,8 @@ class Sender(threading.Thread):
         self._tick_at: float | None = None  # next tick while active; None: idle, woken by the training side
         self._active_at = float("-inf")  # last time there was something to send
         self._bye_taken = False
-        self._sections: dict[str, dict[str, Any]] = {}  # mirror: open sections, by name
-        self._iteration: dict[str, Any] | None = None  # mirror: last w.iter
+        self._sections: dict[str, m.SectionMark] = {}  # mirror: open sections, by name
+        self._iteration: m.Iteration | None = None  # mirror: last w.iter
         self._finish = False
         self._done = threading.Event()  # set when the thread has stopped (after w.bye when connected)
         self._warned: set[str] = set()
@@ -112,7 +116,7 @@ class Sender(threading.Thread):
             batch = self._take()
             if batch:
                 news = True
-                self._bye_taken = self._bye_taken or any(msg["type"] == "w.bye" for msg in batch)
+                self._bye_taken = self._bye_taken or any(msg.KIND is Kind.W_BYE for msg in batch)
                 if self._sock is not None:
                     out += b"".join(self._encode(msg) for msg in batch)
             if news:
@@ -187,21 +191,19 @@ class Sender(threading.Thread):
         log.debug("[worker rank %s] connected to the agent at %s", self.c.rank, path)
         self._send(b"".join(self._encode(m) for m in self._greeting()))
 
-    def _greeting(self) -> list[dict[str, Any]]:
+    def _greeting(self) -> list[m.Frame]:
         """w.hello, then the mirrored state: timeouts, open sections, last iteration."""
         c, env = self.c, self.c.env
-        hello = {"type": "w.hello", "rank": c.rank, "local_rank": env.local_rank, "pid": os.getpid(),
-                 "restart": env.restart, "t": time.time()}
-        msgs = [hello]
+        msgs: list[m.Frame] = [m.WorkerHello(rank=c.rank, local_rank=env.local_rank, pid=os.getpid(),
+                                             restart=env.restart, t=time.time())]
         if c.timeouts:
-            msgs.append({"type": "w.timeouts", "rank": c.rank, "timeouts": c.timeouts})
+            msgs.append(m.WorkerTimeouts(rank=c.rank, timeouts=c.timeouts))
         msgs.extend(self._sections.values())
         if self._iteration is not None:
             msgs.append(self._iteration)
         return msgs
 
     def _load_codec(self) -> Any:
-        from nvrx_hpc.core.errors import ProtocolError
         from nvrx_hpc.core.wire import Codec, load_token
 
         path = self.c.env.token_file
@@ -244,20 +246,18 @@ class Sender(threading.Thread):
 
     # ------------------------------------------------------------ messages
 
-    def _encode(self, msg: dict[str, Any]) -> bytes:
-        from nvrx_hpc.core.errors import ProtocolError
-
+    def _encode(self, msg: m.Frame) -> bytes:
         try:
-            return self._codec.encode(msg)
+            return self._codec.encode(msg.to_wire())
         except ProtocolError as exc:
-            log.debug("[worker rank %s] dropped a %s message: %s", self.c.rank, msg.get("type"), exc)
+            log.debug("[worker rank %s] dropped a %s message: %s", self.c.rank, msg.KIND, exc)
             return b""
 
-    def _heartbeat(self, beats: int) -> dict[str, Any]:
+    def _heartbeat(self, beats: int) -> m.Heartbeat:
         t = time.time() - (time.monotonic() - self.c.last_beat)
-        return {"type": "w.hb", "rank": self.c.rank, "beats": beats, "t": t}
+        return m.Heartbeat(rank=self.c.rank, beats=beats, t=t)
 
-    def _take(self) -> list[dict[str, Any]]:
+    def _take(self) -> list[m.Frame]:
         """The next queued events, in order, mirrored. Past MAX_BACKLOG (a training that opens sections
         far faster than they can be sent), the backlog is folded into its net effect instead."""
         events = self.c.events
@@ -268,38 +268,35 @@ class Sender(threading.Thread):
                 self._mirror(msg)
             return batch
         before, before_iter = dict(self._sections), self._iteration
-        closes: dict[str, dict[str, Any]] = {}
-        last: dict[str, dict[str, Any]] = {}  # last w.timeouts and w.bye
+        closes: dict[str, m.SectionMark] = {}
+        last: dict[Kind, m.Frame] = {}  # last w.timeouts and w.bye
         for _ in range(n):
             msg = events.popleft()
             self._mirror(msg)
-            if msg["type"] == "w.sec" and not msg["open"]:
-                closes[msg["name"]] = msg
-            elif msg["type"] in ("w.timeouts", "w.bye"):
-                last[msg["type"]] = msg
-        batch = [last["w.timeouts"]] if "w.timeouts" in last else []
+            if isinstance(msg, m.SectionMark) and not msg.open:
+                closes[msg.name] = msg
+            elif msg.KIND in (Kind.W_TIMEOUTS, Kind.W_BYE):
+                last[msg.KIND] = msg
+        batch = [last[Kind.W_TIMEOUTS]] if Kind.W_TIMEOUTS in last else []
         batch += [closes[name] for name, msg in before.items() if self._sections.get(name) is not msg]
         batch += [msg for name, msg in self._sections.items() if before.get(name) is not msg]
         if self._iteration is not before_iter:
             batch.append(self._iteration)
-        batch += [last["w.bye"]] if "w.bye" in last else []
+        batch += [last[Kind.W_BYE]] if Kind.W_BYE in last else []
         self._warn_once("backlog", "[worker rank %s] %d queued events folded into %d (the agent link is too slow "
                         "for this rate of sections/iterations)", self.c.rank, n, len(batch))
         return batch
 
-    def _mirror(self, msg: dict[str, Any]) -> None:
-        kind = msg["type"]
-        if kind == "w.sec":
-            if msg["open"]:
-                self._sections[msg["name"]] = msg
+    def _mirror(self, msg: m.Frame) -> None:
+        if isinstance(msg, m.SectionMark):
+            if msg.open:
+                self._sections[msg.name] = msg
             else:
-                self._sections.pop(msg["name"], None)
-        elif kind == "w.iter":
+                self._sections.pop(msg.name, None)
+        elif isinstance(msg, m.Iteration):
             self._iteration = msg
 
     def _receive(self) -> None:
-        from nvrx_hpc.core.errors import ProtocolError
-
         try:
             data = self._sock.recv(_RECV)
         except OSError as exc:
@@ -314,27 +311,34 @@ class Sender(threading.Thread):
             self._warn_once("frame", "[worker rank %s] frame from the agent rejected: %s", self.c.rank, exc.message)
             self._disconnect(f"bad frame: {exc.message}")
             return
-        for msg in msgs:
-            self._handle(msg)
-
-    def _handle(self, msg: dict[str, Any]) -> None:
-        c, kind = self.c, msg.get("type")
-        if kind == "a.timeouts":
+        for raw in msgs:
             try:
-                timeouts = json.loads(json.dumps(msg["timeouts"]))
-                if not isinstance(timeouts, dict):
-                    raise TypeError(f"timeouts is a {type(timeouts).__name__}, not a map")
-                c.timeouts = timeouts
-            except (KeyError, TypeError, ValueError) as exc:
-                log.debug("[worker rank %s] ignored a malformed a.timeouts: %r", c.rank, exc)
-        elif kind == "a.stop":
-            c.stop_reason = msg.get("reason")
-            c.stop = True
-            log.info("[worker rank %s] the launcher asks to checkpoint and stop: %s", c.rank, c.stop_reason)
-        elif kind == "a.dump":
-            self._dump(msg.get("reason"))
-        else:
-            log.debug("[worker rank %s] ignored an agent message of type %r", c.rank, kind)
+                msg = m.parse(raw)
+            except ProtocolError as exc:
+                log.debug("[worker rank %s] ignored an agent message: %s", self.c.rank, exc.message)
+                continue
+            handler = self._HANDLERS.get(msg.KIND)
+            if handler is None:
+                log.debug("[worker rank %s] ignored an agent message of type %s", self.c.rank, msg.KIND)
+            else:
+                handler(self, msg)
+
+    def _on_timeouts(self, msg: m.AgentTimeouts) -> None:
+        try:
+            self.c.timeouts = json.loads(json.dumps(msg.timeouts))
+        except (TypeError, ValueError) as exc:
+            log.debug("[worker rank %s] ignored a malformed a.timeouts: %r", self.c.rank, exc)
+
+    def _on_stop(self, msg: m.AgentStop) -> None:
+        c = self.c
+        c.stop_reason = msg.reason
+        c.stop = True
+        log.info("[worker rank %s] the launcher asks to checkpoint and stop: %s", c.rank, c.stop_reason)
+
+    def _on_dump(self, msg: m.AgentDump) -> None:
+        self._dump(msg.reason)
+
+    _HANDLERS = {Kind.A_TIMEOUTS: _on_timeouts, Kind.A_STOP: _on_stop, Kind.A_DUMP: _on_dump}
 
     def _dump(self, reason: Any) -> None:
         from nvrx_hpc.worker.dump import dump_flight_recorder

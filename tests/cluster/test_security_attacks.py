@@ -24,7 +24,8 @@ import pytest
 from _as_user import job_account, run_as, user_dir
 from _hook_log import hook_records
 
-from nvrx_hpc.core.wire import Codec, message, new_token
+from nvrx_hpc.core.messages import AgentHello
+from nvrx_hpc.core.wire import Codec, new_token
 from nvrx_hpc.launcher.hub import PREAUTH_PER_SOURCE, AgentHub
 
 pytestmark = pytest.mark.slurm
@@ -215,7 +216,7 @@ def test_a_flood_and_a_replayed_hello_at_the_hub_change_nothing(cluster):
 
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         challenge = await read_message(reader, codec, timeout=5)
-        frame = codec.encode(message("ag.hello", node=node, pid=1, nonce=challenge["nonce"]))
+        frame = codec.encode(AgentHello(node=node, pid=1, nonce=challenge["nonce"]).to_wire())
         writer.write(frame)
         await writer.drain()
         return frame, writer

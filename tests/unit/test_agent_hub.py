@@ -14,7 +14,8 @@ import time
 import pytest
 
 from nvrx_hpc.agent.daemon import Agent, AgentSettings
-from nvrx_hpc.core.wire import Codec, message, new_token
+from nvrx_hpc.core import messages as m
+from nvrx_hpc.core.wire import Codec, new_token
 from nvrx_hpc.launcher.hub import AgentHub
 
 TOKEN = new_token()
@@ -37,7 +38,7 @@ async def _next(hub: AgentHub, kind: str, timeout: float = 5.0, **match):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         event = await asyncio.wait_for(hub.events.get(), timeout=deadline - time.monotonic())
-        if event.kind == kind and all(event.data.get(k) == v for k, v in match.items()):
+        if event.kind == kind and all(getattr(event.msg, k, None) == v for k, v in match.items()):
             return event
     raise AssertionError(f"no {kind} {match}")
 
@@ -55,20 +56,20 @@ def test_worker_registration_heartbeats_and_status(tmp_path):
         hub, agent, task = await _start(tmp_path)
         codec = Codec(TOKEN)
         client = _worker(tmp_path / "a.sock", [
-            codec.encode(message("w.hello", rank=5, local_rank=1, pid=os.getpid(), restart=0)),
-            codec.encode(message("w.hb", rank=5, beats=3, t=time.time())),
-            codec.encode(message("w.iter", rank=5, n=12)),
-            codec.encode(message("w.sec", rank=5, name="step", open=True, t=time.time())),
+            codec.encode(m.WorkerHello(rank=5, local_rank=1, pid=os.getpid(), restart=0).to_wire()),
+            codec.encode(m.Heartbeat(rank=5, beats=3, t=time.time()).to_wire()),
+            codec.encode(m.Iteration(rank=5, n=12).to_wire()),
+            codec.encode(m.SectionMark(rank=5, name="step", open=True, t=time.time()).to_wire()),
         ])
         event = await _next(hub, "ag.rank", event="registered", rank=5)
-        assert event.data["pid"] == os.getpid()  # the peer's credentials, not what the frame claims
+        assert event.msg.pid == os.getpid()  # the peer's credentials, not what the frame claims
         deadline = time.monotonic() + 10  # the agent reports its ranks every status_s (1 s)
         while time.monotonic() < deadline and hub.agents["n1"].ranks.get("5", {}).get("iteration") != 12:
             await asyncio.sleep(0.05)
         ranks = hub.agents["n1"].ranks
         assert ranks["5"]["iteration"] == 12 and ranks["5"]["sections"] == ["step"] and ranks["5"]["beats"] == 3
         client.close()
-        hub.broadcast("la.shutdown")
+        hub.broadcast(m.Shutdown)
         await asyncio.wait_for(task, 5)
         await hub.close()
 
@@ -80,7 +81,7 @@ def test_a_hung_rank_is_reported_then_stopped(tmp_path):
 
     async def scenario():
         hub, agent, task = await _start(tmp_path, poll_s=0.05, dump_wait_s=0.2, term_grace_s=0.5)
-        hub.broadcast("la.timeouts", timeouts={"initial": 30, "heartbeat": 0.5, "calibrate": False})
+        hub.broadcast(m.LauncherTimeouts, timeouts={"initial": 30, "heartbeat": 0.5, "calibrate": False})
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         try:
             # The agent registers whatever pid the SPANK plugin reports: the child here.
@@ -88,13 +89,13 @@ def test_a_hung_rank_is_reported_then_stopped(tmp_path):
             agent.registry.get(9).beat(1, time.time())
             os.kill(child.pid, signal.SIGSTOP)
             event = await _next(hub, "ag.rank", event="hung", rank=9)
-            assert "no heartbeat" in event.data["reason"]
+            assert "no heartbeat" in event.msg.reason
             exited = await _next(hub, "ag.rank", event="exited", rank=9)
-            assert exited.data["source"] == "pid-watch"
+            assert exited.msg.source == "pid-watch"
             assert child.wait(timeout=5) in (-signal.SIGTERM, -signal.SIGKILL)
         finally:
             child.kill()
-        hub.broadcast("la.shutdown")
+        hub.broadcast(m.Shutdown)
         await asyncio.wait_for(task, 5)
         await hub.close()
 
@@ -128,22 +129,25 @@ def test_hostile_input_is_rejected_and_both_keep_working(tmp_path, side):
             writer.close()
 
         rejected_before = agent.server.rejected if side == "agent socket" else hub.rejected
-        await hostile(wrong.encode(message("w.hello", rank=1, pid=1)))  # wrong token
-        await hostile(wrong.encode(message("ag.hello", node="n9", pid=1)))
+        await hostile(wrong.encode(m.WorkerHello(rank=1, pid=1).to_wire()))  # wrong token
+        await hostile(wrong.encode(m.AgentHello(node="n9", pid=1).to_wire()))
         await hostile(b"\x00\x00\x00\x10" + b"\xff" * 16)  # malformed frame
         await hostile(b"\x7f\xff\xff\xff")  # announces 2 GiB
-        flood = good.encode(message("w.hb", rank=77, beats=1, t=0.0)) * 2000  # unknown rank: ignored
+        await hostile(good.encode({"type": "w.hb", "rank": "5", "beats": [], "t": 0.0}))  # right MAC, wrong fields
+        await hostile(good.encode({"type": "la.nonsense"}))  # right MAC, no such kind
+        flood = good.encode(m.Heartbeat(rank=77, beats=1, t=0.0).to_wire()) * 2000  # unknown rank: ignored
         await hostile(flood)
         await asyncio.gather(*(hostile(b"garbage") for _ in range(50)))
         await asyncio.sleep(0.3)
         rejected = (agent.server.rejected if side == "agent socket" else hub.rejected) - rejected_before
-        assert rejected >= 3
+        assert rejected >= 5
         # Still working: a real registration goes through and reaches the launcher.
-        client = _worker(tmp_path / "a.sock", [good.encode(message("w.hello", rank=2, local_rank=0, pid=os.getpid()))])
+        hello = m.WorkerHello(rank=2, local_rank=0, pid=os.getpid())
+        client = _worker(tmp_path / "a.sock", [good.encode(hello.to_wire())])
         await _next(hub, "ag.rank", event="registered", rank=2)
         assert "n1" in hub.agents and not task.done()
         client.close()
-        hub.broadcast("la.shutdown")
+        hub.broadcast(m.Shutdown)
         await asyncio.wait_for(task, 5)
         await hub.close()
 

@@ -14,7 +14,8 @@ import pytest
 from nvrx_hpc.agent.daemon import Agent, AgentSettings
 from nvrx_hpc.core.errors import AuthError, PeerUnreachable, ProtocolError
 from nvrx_hpc.core.exit_codes import ExitCode
-from nvrx_hpc.core.wire import Codec, message, new_token
+from nvrx_hpc.core.messages import AgentHello
+from nvrx_hpc.core.wire import Codec, new_token
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +38,7 @@ def test_an_agent_whose_launcher_does_not_listen_exits_unavailable_with_the_addr
 
 
 def test_a_frame_under_another_token_is_an_auth_error_not_a_usage_error():
-    frame = Codec(new_token()).encode(message("ag.hello", job="7"))
+    frame = Codec(new_token()).encode(AgentHello(job="7", node="n1").to_wire())
     with pytest.raises(AuthError) as caught:
         Codec(new_token()).decode(frame)
     assert isinstance(caught.value, ProtocolError)  # every reader that drops bad frames still drops it

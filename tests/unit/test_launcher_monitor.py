@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nvrx_hpc.core import messages as m
 from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.launcher.hub import HubEvent
 from nvrx_hpc.launcher.monitor import StepWatch
@@ -24,10 +25,10 @@ class ScriptedHub:
     def __init__(self, nodes: list[str], now: float) -> None:
         self.events: asyncio.Queue = asyncio.Queue()
         self.agents = {n: Link(now) for n in nodes}
-        self.sent: list[tuple[str, dict]] = []
+        self.sent: list[tuple[m.Kind, dict]] = []
 
-    def broadcast(self, kind: str, **data) -> None:
-        self.sent.append((kind, data))
+    def broadcast(self, record: type[m.Frame], **data) -> None:
+        self.sent.append((record.KIND, data))
 
 
 class ScriptedStep:
@@ -62,7 +63,7 @@ def _watch(tmp_path: Path, nodes: list[str], clock: FakeClock, **settings) -> tu
 
 
 def _rank_event(node: str, rank: int, event: str, **data) -> HubEvent:
-    return HubEvent("ag.rank", node, {"rank": rank, "event": event, **data}, 1000.0)
+    return HubEvent(node, m.RankEvent(node=node, rank=rank, event=m.RankEventKind(event), time=1000.0, **data), 1000.0)
 
 
 def test_a_crashed_rank_stops_the_step_and_is_the_finding(tmp_path):
@@ -84,7 +85,7 @@ def test_a_crashed_rank_stops_the_step_and_is_the_finding(tmp_path):
     findings, iteration, rc, step, hub = asyncio.run(scenario())
     assert [(f.kind, f.node, f.rank) for f in findings] == [("exited", "n2", 3)]
     assert iteration == 7 and rc == -15 and step.stopped
-    assert hub.sent[0][0] == "la.stop"
+    assert hub.sent[0][0] is m.Kind.LA_STOP
 
 
 def test_a_pid_watch_exit_at_a_clean_end_is_not_a_failure(tmp_path):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from nvrx_hpc.core.wire import Codec, message, new_token, read_message
+from nvrx_hpc.core.messages import AgentHello
+from nvrx_hpc.core.wire import Codec, new_token, read_message
 from nvrx_hpc.launcher import hub as hub_module
 from nvrx_hpc.launcher.hub import PREAUTH_PER_SOURCE, PREAUTH_S, AgentHub
 
@@ -19,7 +20,7 @@ async def _hello(port: int, node: str, nonce: str | None = None):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     challenge = await read_message(reader, CODEC, timeout=5)
     assert challenge["type"] == "la.challenge" and len(challenge["nonce"]) == 32
-    frame = CODEC.encode(message("ag.hello", node=node, pid=1, nonce=nonce or challenge["nonce"]))
+    frame = CODEC.encode(AgentHello(node=node, pid=1, nonce=nonce or challenge["nonce"]).to_wire())
     writer.write(frame)
     await writer.drain()
     return reader, writer, frame

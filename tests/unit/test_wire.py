@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nvrx_hpc.core.errors import ProtocolError
+from nvrx_hpc.core.messages import StepStart, parse
 from nvrx_hpc.core.wire import (
     DEFAULT_MAX_FRAME,
     MAX_DEPTH,
@@ -23,7 +24,6 @@ from nvrx_hpc.core.wire import (
     FrameReader,
     WireTimeout,
     load_token,
-    message,
     new_token,
     read_message,
     save_token,
@@ -77,11 +77,12 @@ def test_frame_layout_byte_by_byte():
     assert frame[37:] == payload
 
 
-def test_envelope_helper():
-    msg = message("register", job="42", rank=0)
-    assert msg["type"] == "register" and msg["v"] == 1 and msg["job"] == "42" and msg["rank"] == 0
+def test_an_enveloped_record_round_trips_through_a_frame():
+    msg = StepStart(job="42", restart=3).to_wire()
+    assert msg["type"] == "la.step" and msg["v"] == 1 and msg["job"] == "42" and msg["restart"] == 3
     assert isinstance(msg["time"], float)
     assert CODEC.decode(CODEC.encode(msg)) == msg
+    assert parse(CODEC.decode(CODEC.encode(msg))) == StepStart(job="42", restart=3, time=msg["time"])
 
 
 def test_frame_reader_splits_a_stream_fed_byte_by_byte():
