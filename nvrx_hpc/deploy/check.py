@@ -20,7 +20,7 @@ from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.deploy.install import read_manifest
 from nvrx_hpc.deploy.paths import SitePaths
 from nvrx_hpc.slurm.api import SlurmVersion
-from nvrx_hpc.slurm.parse_text import parse_show_config
+from nvrx_hpc.slurm.commands import show_config, srun_help
 from nvrx_hpc.slurm.runner import CommandRunner
 from nvrx_hpc.slurm.spank_build import installed_slurm_version, release
 
@@ -78,7 +78,7 @@ def _gather(paths: SitePaths, runner: CommandRunner) -> _Facts:
     except NvrxError as exc:
         facts.slurm_error = exc.message
     try:
-        facts.slurm_conf = parse_show_config(runner.run(["scontrol", "show", "config"], timeout=15).stdout)
+        facts.slurm_conf = show_config(runner, timeout=15)
     except NvrxError as exc:
         facts.slurm_conf_error = exc.message
     return facts
@@ -155,7 +155,7 @@ def _plugstack(f: _Facts) -> CheckLine:
 
 def _loadable(f: _Facts) -> CheckLine:
     try:
-        done = f.runner.run(["srun", "--help"], timeout=15, check=False)
+        done = srun_help(f.runner, timeout=15)
     except NvrxError as exc:
         return CheckLine("plugin.loadable", Status.FAIL, exc.message, "install slurm-client")
     text = done.stdout + done.stderr

@@ -20,7 +20,7 @@ from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.core.resources import spank_sources
 from nvrx_hpc.deploy import render
 from nvrx_hpc.deploy.paths import SitePaths
-from nvrx_hpc.slurm.parse_text import parse_show_config
+from nvrx_hpc.slurm.commands import show_config
 from nvrx_hpc.slurm.runner import CommandRunner
 from nvrx_hpc.slurm.spank_build import build_plugin, header_version, installed_slurm_version, require_same_release
 
@@ -97,7 +97,7 @@ def read_manifest(paths: SitePaths) -> dict:
 
 def _slurm_config(runner: CommandRunner) -> dict[str, str]:
     try:
-        return parse_show_config(runner.run(["scontrol", "show", "config"], timeout=10).stdout)
+        return show_config(runner, timeout=10)
     except SlurmError:
         return {}
 

@@ -187,14 +187,10 @@ def _slurm(slurm: SlurmBackend | None, config: NvrxConfig, reserve: float) -> Sl
     if slurm is not None:
         return slurm
     from nvrx_hpc.slurm.backend import get_backend
-    from nvrx_hpc.slurm.cli_backend import CliBackend
-    from nvrx_hpc.slurm.runner import CommandRunner
 
     per_command = max(min(config.slurm.command_timeout_s, reserve / 2), 1.0)
-    if config.slurm.backend != "cli":  # the configured backend (slurm.backend)
-        return get_backend(config.slurm.backend, timeout=per_command)
     # Text output: one `scontrol -o show node` instead of `sinfo --version` + `sinfo --json`.
-    return CliBackend(CommandRunner(default_timeout=per_command), timeout=per_command, use_json=False)
+    return get_backend(config.slurm.backend, timeout=per_command, text_only=True)
 
 
 def _maybe_undrain(slurm: SlurmBackend, node: str, base: dict[str, Any]) -> GateOutcome:

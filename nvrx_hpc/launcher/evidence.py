@@ -16,6 +16,7 @@ from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.launcher.policy import Attempt, NodeEvidence
 from nvrx_hpc.slurm.api import SlurmBackend
+from nvrx_hpc.slurm.commands import srun_argv
 
 __all__ = [
     "HealthProbe", "quick_health", "Capacity", "partition_capacity", "gather_evidence", "HEALTH_PROBE_TIMEOUT_S",
@@ -36,10 +37,8 @@ class HealthProbe:
 
 def health_probe_argv(node: str) -> list[str]:
     """`nvrx-hpc health --level quick` as a one-task step on `node` (it also proves slurmd answers)."""
-    return [
-        "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--job-name=nvrx-health",
-        "--quiet", "--kill-on-bad-exit=1", sys.executable, "-m", "nvrx_hpc", "health", "--level", "quick", "--json",
-    ]  # fmt: skip
+    return srun_argv([node], [sys.executable, "-m", "nvrx_hpc", "health", "--level", "quick", "--json"],
+                     job_name="nvrx-health", tasks_per_node=None)
 
 
 def _fatal_detail(stdout: str) -> str:

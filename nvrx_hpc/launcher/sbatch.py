@@ -18,9 +18,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from nvrx_hpc.core.errors import ConfigError, SlurmParseError
+from nvrx_hpc.core.errors import ConfigError
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.core.resources import sbatch_template
+from nvrx_hpc.slurm.commands import submit_batch
 
 __all__ = [
     "SCRIPT_NAME",
@@ -221,8 +222,4 @@ def submit_script(script: str, run_dir: str, runner: Any, timeout: float) -> tup
     tmp.write_text(script, encoding="utf-8")
     os.chmod(tmp, 0o755)
     os.replace(tmp, path)
-    done = runner.run(["sbatch", "--parsable", str(path)], timeout=timeout)
-    job = done.stdout.strip().split(";")[0]
-    if not job.isdigit():
-        raise SlurmParseError("sbatch --parsable output (a job id)", done.stdout)
-    return job, path
+    return submit_batch(runner, path, timeout), path

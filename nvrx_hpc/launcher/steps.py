@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvrx_hpc.slurm.hostlist import compress
+from nvrx_hpc.slurm.commands import srun_argv, srun_help
 from nvrx_hpc.slurm.runner import CommandRunner
 
 __all__ = ["StepSpec", "agent_step_argv", "training_step_argv", "SrunStep", "srun_has_nvrx"]
@@ -33,46 +33,30 @@ class StepSpec:
 
 def agent_step_argv(nodes: list[str], output: Path, agent_args: list[str]) -> list[str]:
     """One agent per node, overlapping the training steps' CPUs, surviving a failed node's agent."""
-    return [
-        "srun", "--overlap", f"--nodes={len(nodes)}", f"--nodelist={compress(nodes)}", "--ntasks-per-node=1",
-        f"--ntasks={len(nodes)}",
-        "--kill-on-bad-exit=0", "--job-name=nvrx-agents", f"--output={output}", "--open-mode=append", "--quiet",
-        "--unbuffered",
-        sys.executable, "-m", "nvrx_hpc", "agent", *agent_args,
-    ]  # fmt: skip
+    return srun_argv(nodes, [sys.executable, "-m", "nvrx_hpc", "agent", *agent_args], job_name="nvrx-agents",
+                     kill_on_bad_exit=False, output=output, append=True)
 
 
 def attach_step_argv(nodes: list[str], attach_args: list[str]) -> list[str]:
     """One `nvrx-hpc agent-attach` per node: hands the Prolog-started agents the launcher and the token."""
-    return [
-        "srun", "--overlap", f"--nodes={len(nodes)}", f"--nodelist={compress(nodes)}", "--ntasks-per-node=1",
-        f"--ntasks={len(nodes)}", "--kill-on-bad-exit=0", "--job-name=nvrx-attach", "--quiet", "--unbuffered",
-        sys.executable, "-m", "nvrx_hpc", "agent-attach", *attach_args,
-    ]  # fmt: skip
+    return srun_argv(nodes, [sys.executable, "-m", "nvrx_hpc", "agent-attach", *attach_args],
+                     job_name="nvrx-attach", kill_on_bad_exit=False)
 
 
 def training_step_argv(spec: StepSpec) -> list[str]:
-    argv = [
-        "srun", "--overlap", f"--nodes={len(spec.nodes)}", f"--nodelist={compress(spec.nodes)}",
-        f"--ntasks-per-node={spec.tasks_per_node}", f"--ntasks={len(spec.nodes) * spec.tasks_per_node}",
-        "--kill-on-bad-exit=1", f"--job-name={spec.name}", f"--output={spec.output}", "--label", "--unbuffered",
-        "--quiet",
-    ]  # fmt: skip
-    if spec.cpus_per_task is not None:
-        argv.append(f"--cpus-per-task={spec.cpus_per_task}")
-    if spec.gpus_per_task is not None:
-        argv.append(f"--gpus-per-task={spec.gpus_per_task}")
-    if spec.nvrx_plugin:
-        argv.append("--nvrx")  # the SPANK plugin reports registrations and exit statuses to the agents
-    exports = ",".join(["ALL", *sorted(spec.env)])
-    argv.append(f"--export={exports}")
-    return [*argv, sys.executable, "-m", "nvrx_hpc.launcher.rank_exec", "--", *spec.command]
+    """Every rank of the training under rank_exec; `--nvrx` when the SPANK plugin reports to the agents."""
+    return srun_argv(
+        spec.nodes, [sys.executable, "-m", "nvrx_hpc.launcher.rank_exec", "--", *spec.command],
+        job_name=spec.name, tasks_per_node=spec.tasks_per_node, output=spec.output, label=True,
+        cpus_per_task=spec.cpus_per_task, gpus_per_task=spec.gpus_per_task,
+        extra=["--nvrx"] if spec.nvrx_plugin else [], export=list(spec.env),
+    )
 
 
 def srun_has_nvrx(runner: CommandRunner) -> bool:
     """Whether the SPANK plugin is loaded here (srun --help lists its --nvrx option)."""
     try:
-        done = runner.run(["srun", "--help"], timeout=10, check=False)
+        done = srun_help(runner, timeout=10)
     except Exception:  # noqa: BLE001 - a missing srun is reported elsewhere; here it only means "no plugin"
         return False
     return "--nvrx" in done.stdout

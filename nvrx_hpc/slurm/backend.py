@@ -15,12 +15,13 @@ BACKEND_NAMES: tuple[str, ...] = ("cli", "pyslurm")
 
 
 def get_backend(
-    name: str = "cli", runner: CommandRunner | None = None, *, timeout: float | None = None
+    name: str = "cli", runner: CommandRunner | None = None, *, timeout: float | None = None, text_only: bool = False
 ) -> SlurmBackend:
     """The backend called `name` (config key `slurm.backend`).
 
     `runner` and `timeout` (seconds per command, config key `slurm.command_timeout_s`; default: the
-    runner's) are for the CLI backend.
+    runner's) are for the CLI backend; `text_only` makes it read Slurm's text output without first asking
+    which version is installed (one command where a deadline is tight, as in the Prolog).
 
     Raises:
         ConfigError: an unknown name (the message lists the valid ones).
@@ -30,7 +31,7 @@ def get_backend(
     if key == "cli":
         from nvrx_hpc.slurm.cli_backend import CliBackend
 
-        return CliBackend(runner, timeout=timeout)
+        return CliBackend(runner, timeout=timeout, use_json=False if text_only else None)
     if key == "pyslurm":
         if runner is not None:
             raise ConfigError(
