@@ -22,7 +22,14 @@ from nvrx_hpc.attribution.api import SCHEMA_VERSION, FileProblem, Hit, Verdict
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
 from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
 from nvrx_hpc.attribution.lines import LineContext
-from nvrx_hpc.attribution.localise import align_years, enrich, node_of_file, sample_file
+from nvrx_hpc.attribution.localise import (
+    align_years,
+    drop_recovered,
+    enrich,
+    name_oom_victims,
+    node_of_file,
+    sample_file,
+)
 from nvrx_hpc.attribution.scanner import Scanner
 from nvrx_hpc.attribution.verdict import Findings, decide
 from nvrx_hpc.core.errors import AttributionError
@@ -173,7 +180,7 @@ def analyze(
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
-    hits = enrich(align_years(hits, dated))
+    hits = name_oom_victims(drop_recovered(enrich(align_years(hits, dated))))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     fr = analyze_files(files.fr_dumps, relative_to=files.root) if files.fr_dumps else None

@@ -46,7 +46,8 @@ _NCCL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+)
 _NODE_WORD = re.compile(r"\bnode[:=] ?(?P<node>[A-Za-z][\w.-]*)")
 _DEVICE_WORD = re.compile(r"\bDevice[:=] ?(?P<dev>\d+)")
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
-_GLOG = re.compile(r"\[[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?")
+# glog pads the month (`[E0520`); torch's c10 logger does not (`[E520` is May 20, `[E1023` October 23).
+_GLOG = re.compile(r"\[[IWEF](\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?")
 
 
 class LineContext:
@@ -140,7 +141,8 @@ def _frac(digits: str | None) -> float:
 
 def parse_time(text: str, year: int | None = None) -> float | None:
     """Epoch seconds from the first ISO (`2024-04-20T09:09:37`, `2024-04-20 09:09:37,123`) or glog
-    (`[E1016 03:31:38.928`) stamp in `text`, read as local time; None when there is none."""
+    (`[E1016 03:31:38.928`, torch's unpadded `[E520 04:18:11.412`) stamp in `text`, read as local time;
+    None when there is none."""
     m = _ISO.search(text)
     try:
         if m:

@@ -15,11 +15,12 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.lines import parse_time, ranks_of
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
-__all__ = ["node_of_file", "sample_file", "align_years", "enrich", "rank_nodes", "known_ranks", "hang_suspects"]
+__all__ = ["node_of_file", "sample_file", "align_years", "enrich", "drop_recovered", "name_oom_victims",
+           "rank_nodes", "known_ranks", "hang_suspects"]
 
 _KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "messages")
 _EXTENSIONS = (".gz", ".log", ".txt", ".out", ".err")
@@ -31,6 +32,7 @@ _HOST_RANK = re.compile(rb"(?m)^([a-z][\w-]*\d[\w.-]*): \[rank(\d{1,6})\]:|"
                         rb"^\s*(\d{1,6}): ([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL")
 _DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _SAMPLE = 256 * 1024
+_FLAG = re.compile(r"^(?:[A-Za-z]|iso|short|short-iso)$")  # dmesg -T, journalctl -k / -o short-iso
 
 
 def _strip_words(name: str) -> str:
@@ -41,7 +43,9 @@ def _strip_words(name: str) -> str:
     kept, seen = [], False
     for token in re.split(r"[._]", name):  # '-' stays: host names hold it
         sub = token.split("-")
-        while sub and sub[0].lower() in strip:
+        here = False  # a kernel word in this token: a one-letter word beside it is its flag (`dmesg-T`)
+        while sub and (sub[0].lower() in strip or (here and _FLAG.match(sub[0]))):
+            here = here or sub[0].lower() in _KERNEL_WORDS
             seen = seen or sub[0].lower() != "k"
             sub.pop(0)
         while sub and sub[-1].lower() in strip:
@@ -157,6 +161,37 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
             node = hosts.get((h.source, h.line - 1))
         if (rank, node) != (h.rank, h.node):
             h = dataclasses.replace(h, rank=rank, node=node)
+        out.append(h)
+    return out
+
+
+def drop_recovered(hits: Sequence[Hit]) -> list[Hit]:
+    """A stall the kernel later reports over (`nfs: server X not responding`, then `nfs: server X OK` in
+    the same log) was transient: it stays on the timeline as context, never as the root cause."""
+    recovered = {(h.source, h.fields.get("server")): h.order for h in hits if h.signature == "nfs_recovered"}
+    out = []
+    for h in hits:
+        server = h.fields.get("server")
+        back = recovered.get((h.source, server)) if server and h.signature != "nfs_recovered" else None
+        if back is not None and back > h.order:
+            h = dataclasses.replace(h, role=Role.CONTEXT)
+        out.append(h)
+    return out
+
+
+def name_oom_victims(hits: Sequence[Hit]) -> list[Hit]:
+    """The kernel's OOM kill names a pid, srun names the task it SIGKILLed: when one host's kernel log
+    has an OOM kill with no rank and srun reports exactly one task `Killed` on that host, that task is
+    the process the kernel killed."""
+    killed: dict[str, set[int]] = defaultdict(set)
+    for h in hits:
+        if h.signature == "srun_task_exit" and h.fields.get("what") == "Killed" and h.node:
+            killed[h.node].update(ranks_of(h.fields.get("tasks", "")))
+    out = []
+    for h in hits:
+        victims = killed.get(h.node or "", set())
+        if h.signature == "linux_oom_kill" and h.rank is None and len(victims) == 1:
+            h = dataclasses.replace(h, rank=next(iter(victims)))
         out.append(h)
     return out
 

@@ -145,7 +145,7 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(
         "host_kernel_fault", _H, _ROOT,
-        r"(?:BUG: soft lockup|blocked for more than \d+ seconds|nfs: server \S+ not responding|"
+        r"(?:BUG: soft lockup|blocked for more than \d+ seconds|nfs: server (?P<server>\S+) not responding|"
         r"Machine check events logged|\[Hardware Error\]|EDAC MC\d+: \d+ UE |EXT4-fs error|"
         r"XFS \(\S+\): (?:Corruption|metadata I/O error)|Buffer I/O error|Kernel panic)",
         ("soft lockup", "blocked for more than", "not responding", "Machine check", "Hardware Error", " UE ",
@@ -153,6 +153,11 @@ CATALOG: tuple[Signature, ...] = (
         True, "the host's kernel reported a hardware, storage or lockup fault",
         ("Apr 21 11:05:13 c12 kernel: INFO: task python:51234 blocked for more than 122 seconds.",
          "[Wed Aug  7 03:18:40 2024] mce: [Hardware Error]: Machine check events logged"),
+    ),
+    Signature(  # context: the kernel says the server answers again (see localise.drop_recovered)
+        "nfs_recovered", _H, _CTX, r"nfs: server (?P<server>\S+) OK\b", ("nfs: server",), None,
+        "the NFS server answers again",
+        ("Mar 14 01:58:03 gpu-b07 kernel: nfs: server fs01-ib OK",),
     ),
     Signature(
         "slurm_oom_kill", _H, _ROOT,
@@ -214,6 +219,14 @@ CATALOG: tuple[Signature, ...] = (
         r"misaligned address|invalid device ordinal|invalid argument)",
         ("CUDA error",), False, "CUDA error: {what}",
         ("RuntimeError: CUDA error: an illegal memory access was encountered",),
+    ),
+    Signature(  # the device aborted a kernel: a GPU fault (an Xid beside it says so) or a kernel bug
+        "cuda_launch_failure", _F, _ROOT,
+        r"CUDA error: (?P<what>unspecified launch failure|an illegal instruction was encountered|"
+        r"unknown error|launch timed out and was terminated)",
+        ("CUDA error",), True, "CUDA error: {what}",
+        ("[rank5]:[E314 02:14:42.118 ProcessGroupNCCL.cpp:1595] [PG 0 (default_pg) Rank 5] Process group "
+         "watchdog thread terminated with exception: CUDA error: unspecified launch failure",),
     ),
     Signature(
         "xid_application", _A, _CTX, _XID_HEAD + rf"(?P<xid>{_xids(XID_APPLICATION)})\b",

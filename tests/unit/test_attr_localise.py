@@ -91,7 +91,8 @@ def test_a_cgroup_oom_kill_names_the_task_of_its_cgroup_path(tmp_path):
 
 def test_node_of_a_kernel_log_from_its_file_name():
     names = {"gpu-n03.kern.log": "gpu-n03", "dmesg-node017.txt": "node017", "journalctl-k-dgx-17.txt": "dgx-17",
-             "n2.dmesg": "n2", "c12-journal.log": "c12", "dmesg.txt": None, "step-0.log": None}  # fmt: skip
+             "n2.dmesg": "n2", "c12-journal.log": "c12", "dmesg.txt": None, "step-0.log": None,
+             "a100-r3-12.dmesg-T.txt": "a100-r3-12", "gpu-b07.journalctl-k.txt": "gpu-b07"}  # fmt: skip
     for name, host in names.items():
         assert node_of_file(Path("/run") / name, Path("/run")) == host, name
     assert node_of_file(Path("/run/nodes/a03/syslog"), Path("/run")) == "a03"
@@ -131,3 +132,38 @@ def test_a_pid_and_torchruns_box_name_the_rank_and_host(tmp_path):
     ]) + "\n")  # fmt: skip
     v = analyze_run(tmp_path).verdict
     assert v.category is Category.FRAMEWORK_CRASH and v.culprit.ranks == (3,) and v.culprit.nodes == ("h100-07",)
+
+
+def test_torchs_unpadded_glog_month_is_read_so_the_timeouts_come_before_the_cancel(tmp_path):
+    """torch prints `[E520 ...` for May 20: those timeouts are the failure, the later cancel its cascade."""
+    out = [_watchdog(r).replace("[E0314 02:51:07", "[E520 04:18:11") for r in range(8) if r != 5]
+    out += ["srun: error: gpu-n01: tasks 0-1: Aborted (core dumped)",
+            "slurmstepd: error: *** STEP 81300.0 ON gpu-n01 CANCELLED AT 2024-05-20T04:18:20 ***"]
+    v = analyze_run(_job(tmp_path, out, {})).verdict
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (5,) and v.restartable
+
+
+def test_an_nfs_stall_the_kernel_recovers_from_is_not_the_cause_of_a_later_xid(tmp_path):
+    kern = ["Mar 14 01:58:02 gpu-n03 kernel: nfs: server fs01 not responding, still trying",
+            "Mar 14 01:58:03 gpu-n03 kernel: nfs: server fs01 OK",
+            "Mar 14 02:14:41 gpu-n03 kernel: NVRM: Xid (PCI:0000:4b:00): 79, pid='<unknown>', name=<unknown>, "
+            "GPU has fallen off the bus."]
+    out = ["5: [rank5]:[E314 02:14:42.118 ProcessGroupNCCL.cpp:1595] [PG 0 (default_pg) Rank 5] Process group "
+           "watchdog thread terminated with exception: CUDA error: unspecified launch failure",
+           "srun: error: gpu-n03: task 5: Aborted (core dumped)"]
+    v = analyze_run(_job(tmp_path, out, {"gpu-n03": kern})).verdict
+    assert v.category is Category.GPU_HARDWARE and v.culprit.nodes == ("gpu-n03",) and v.culprit.ranks == (5,)
+
+
+def test_an_nfs_stall_without_recovery_stays_a_host_fault(tmp_path):
+    kern = ["Mar 14 01:58:02 gpu-n03 kernel: nfs: server fs01 not responding, still trying"]
+    v = analyze_run(_job(tmp_path, ["srun: error: gpu-n03: task 5: Terminated"], {"gpu-n03": kern})).verdict
+    assert v.category is Category.HOST and v.culprit.nodes == ("gpu-n03",)
+
+
+def test_a_kernel_oom_kill_names_the_one_task_srun_reports_killed_on_that_host(tmp_path):
+    kern = ["Mar 14 03:41:17 gpu-n04 kernel: Out of memory: Killed process 90232 (python) total-vm:612288304kB"]
+    out = ["srun: error: gpu-n04: task 6: Killed",
+           "srun: error: gpu-n01: tasks 0-1: Aborted", "srun: error: gpu-n04: task 7: Aborted"]
+    v = analyze_run(_job(tmp_path, out, {"gpu-n04": kern})).verdict
+    assert v.category is Category.HOST and v.culprit.ranks == (6,) and v.culprit.nodes == ("gpu-n04",)
