@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _transcript import TRANSCRIPT
 
 from nvrx_hpc.slurm.devcluster import DevCluster, DevClusterSpec
 from nvrx_hpc.slurm.devcluster.files import read_spec, spec_to_json
@@ -37,6 +38,16 @@ class ClusterHandle:
         """Run a Slurm client command against this cluster, with a mandatory timeout."""
         env = {**os.environ, **self.env, **kwargs.pop("env", {})}
         return subprocess.run(argv, env=env, timeout=timeout, capture_output=True, text=True, **kwargs)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "setup":
+        TRANSCRIPT.clear()
+    if report.failed and TRANSCRIPT:
+        report.sections.append(("command transcript", "\n\n".join(TRANSCRIPT[-20:])))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 from _faults import final_hash, kinds, submit, transcript, wait_job
+from _transcript import record
+
+
+@pytest.fixture(autouse=True)
+def _commands_transcribed(monkeypatch):
+    """Every command a cluster test runs lands in the transcript printed when the test fails."""
+    real = subprocess.run
+
+    def run(*args, **kwargs):
+        return record(real(*args, **kwargs))
+
+    monkeypatch.setattr(subprocess, "run", run)
 
 
 @pytest.fixture(scope="session")
