@@ -52,6 +52,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="on one host: pretend the ranks sit on K nodes (failure domains node0..nodeK-1)")
     p.add_argument("--hidden", type=int, default=256, help="hidden width of the model")
     p.add_argument("--step-time", type=float, default=0.0, help="sleep this long per step (demo pacing)")
+    p.add_argument("--compute-time", type=float, default=0.0,
+                   help="seconds of simulated compute inside each step's 'step' section (straggler tests)")
+    p.add_argument("--slow-rank", type=int, default=-1, help="this rank's compute takes --slow-factor times longer")
+    p.add_argument("--slow-factor", type=float, default=1.3)
+    p.add_argument("--slow-from", type=int, default=0, help="... from this step on")
     p.add_argument("--crash-at-step", type=int, default=0, help="SIGKILL --crash-rank after this step")
     p.add_argument("--crash-rank", type=int, default=1)
     p.add_argument("--out", type=Path, default=Path(os.environ["NVRX_RUN_DIR"]) if os.environ.get("NVRX_RUN_DIR")
@@ -148,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                 p.grad = None
             loss = torch.nn.functional.mse_loss(model(x), y)
             loss.backward()
+            if args.compute_time > 0:  # a sleep, not a busy loop: 8 ranks on 2 cores would time each other
+                slow = rank == args.slow_rank and step >= args.slow_from
+                time.sleep(args.compute_time * (args.slow_factor if slow else 1.0))
         # one collective per step: the gradients plus this rank's stop flag, so all ranks stop together
         flat = torch.cat([p.grad.reshape(-1) for p in params] + [torch.tensor([float(worker.stop_requested())])])
         inject(faults, "stuck", rank, step, restart)

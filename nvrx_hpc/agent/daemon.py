@@ -69,6 +69,9 @@ class Agent:
         self._stop = asyncio.Event()
         self._killing: set[int] = set()
         self._attached = asyncio.Event()
+        self.timings: dict[int, dict[str, list[float]]] = {}  # rank -> section -> [count, total_s, min_s]
+        self.iterations: dict[int, int] = {}  # rank -> iterations set since the last timings report
+        self.metrics: Any = None  # HealthMetrics, when the agent serves Prometheus metrics
         site = settings.launcher_host is None
         self.server = RankSocketServer(
             settings.socket_path, self.codec, self._on_spank, self._on_worker, self._on_worker_gone,
@@ -149,6 +152,8 @@ class Agent:
     async def _on_step(self, msg: m.StepStart) -> None:
         self.registry.clear()
         self.links.clear()
+        self.timings.clear()
+        self.iterations.clear()
         self.restart = msg.restart
 
     async def _on_timeouts(self, msg: m.LauncherTimeouts) -> None:
@@ -167,6 +172,13 @@ class Agent:
     async def _on_shutdown(self, msg: m.Shutdown) -> None:
         self._stop.set()
 
+    async def _on_stragglers(self, msg: m.StragglerFlags) -> None:
+        if self.metrics is None:
+            return
+        for rank, flag in msg.ranks.items():
+            if isinstance(flag, dict) and str(rank).isdigit():
+                self.metrics.set_straggler(int(rank), score=flag.get("score"), flagged=bool(flag.get("flagged")))
+
     _LAUNCHER_HANDLERS = {
         Kind.LA_STEP: _on_step,
         Kind.LA_TIMEOUTS: _on_timeouts,
@@ -174,6 +186,7 @@ class Agent:
         Kind.LA_REQUEST_STOP: _on_request_stop,
         Kind.LA_DUMP: _on_dump,
         Kind.LA_SHUTDOWN: _on_shutdown,
+        Kind.LA_STRAGGLERS: _on_stragglers,
     }
 
     # ------------------------------------------------------------------ rank messages
@@ -226,12 +239,19 @@ class Agent:
         name = msg.name[:128]
         if msg.open:
             record.sections[name] = msg.t
-        else:
-            record.sections.pop(name, None)
+            return
+        opened = record.sections.pop(name, None)
+        if opened is not None and 0.0 <= msg.t - opened < 1e6:  # both stamps are the rank's own clock
+            took = msg.t - opened
+            acc = self.timings.setdefault(msg.rank, {}).setdefault(name, [0, 0.0, took])
+            acc[0] += 1
+            acc[1] += took
+            acc[2] = min(acc[2], took)
 
     def _on_iteration(self, msg: m.Iteration, record: RankRecord) -> None:
         first = record.iteration is None
         record.iteration = msg.n
+        self.iterations[msg.rank] = self.iterations.get(msg.rank, 0) + 1
         if first:  # training is (back) under way: the launcher times restarts from this
             self._report(m.RankEvent, event=RankEventKind.FIRST_ITERATION, rank=msg.rank, iteration=msg.n)
 
@@ -298,6 +318,11 @@ class Agent:
     async def _status_loop(self) -> None:
         while not self._stop.is_set():
             self._report(m.AgentStatus, ranks=self.registry.summary(), timeouts=self.timeouts.to_dict())
+            if self.timings:  # the sections closed since the last report, for the straggler scores
+                timings, self.timings = self.timings, {}
+                iterations, self.iterations = self.iterations, {}
+                self._report(m.SectionTimings, ranks={str(rank): t for rank, t in timings.items()},
+                             iterations={str(rank): n for rank, n in iterations.items()})
             await asyncio.sleep(self.s.status_s)
 
     # ------------------------------------------------------------------ stopping ranks
@@ -347,7 +372,7 @@ class Agent:
         from nvrx_hpc.health.metrics import HealthMetrics, start_metrics_server
         from nvrx_hpc.health.monitor import HealthMonitor
 
-        metrics = HealthMetrics(self.s.node)
+        metrics = self.metrics = HealthMetrics(self.s.node)
         server = start_metrics_server(self.s.metrics_port, metrics) if self.s.metrics_port is not None else None
 
         def on_fatal(result) -> None:  # a monitor thread: hand over to the event loop

@@ -11,7 +11,7 @@ import sys
 import typer
 
 from nvrx_hpc import __version__
-from nvrx_hpc.cli import attribute, ckpt, cluster, config, health, hooks, node, serve, site, spank, submit
+from nvrx_hpc.cli import attribute, ckpt, cluster, config, health, hooks, node, serve, site, spank, straggler, submit
 from nvrx_hpc.cli import run as run_cli
 from nvrx_hpc.cli._output import print_error, print_text
 from nvrx_hpc.core.config import load_config
@@ -25,7 +25,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-for _module in (cluster, config, spank, ckpt, node, site, hooks, health, run_cli, attribute, serve, submit):
+for _module in (cluster, config, spank, ckpt, node, site, hooks, health, run_cli, attribute, serve, submit,
+                straggler):
     _module.register(app)
 
 _state = {"debug": False}

@@ -157,7 +157,7 @@ def register(app: typer.Typer) -> None:
         """Live view of a job under `nvrx-hpc run`: ranks, heartbeats, sections, restarts, exclusions."""
         from nvrx_hpc.launcher.status import read_status
 
-        directory = run_dir or _run_dir_of(job)
+        directory = run_dir or run_dir_of(job)
         state = read_status(directory)
         if state is None:
             raise NvrxError(f"no status in {directory}", hint="is the job running under `nvrx-hpc run`? see --run-dir")
@@ -178,9 +178,12 @@ def register(app: typer.Typer) -> None:
             for r, v in sorted(state.get("ranks", {}).items(), key=lambda kv: int(kv[0]))
         ]  # fmt: skip
         print_table(rows, ["rank", "node", "state", "iteration", "last beat (s)", "sections"], json_output=False)
+        for rank, flag in (state.get("stragglers") or {}).get("flagged", {}).items():
+            print_text(f"straggler: rank {rank} on {flag.get('node')} ({flag.get('kind')}, score {flag.get('score')})")
 
 
-def _run_dir_of(job: str) -> Path:
+def run_dir_of(job: str) -> Path:
+    """The run directory of a job, from Slurm's WorkDir and launcher.run_dir."""
     from nvrx_hpc.slurm.backend import get_backend
 
     config = load_config().config

@@ -22,6 +22,7 @@ __all__ = [
     "HealthConfig",
     "AttributionConfig",
     "CkptConfig",
+    "StragglerConfig",
     "LoggingConfig",
     "NvrxConfig",
 ]
@@ -201,6 +202,19 @@ class CkptConfig(_Section):
     reprotect: bool = Field(True, description="After a restore that used replicas, protect it again at once.")
 
 
+class StragglerConfig(_Section):
+    """Slow ranks found from their section timings (docs/straggler.md); `nvrx-hpc straggler set` changes
+    enabled, threshold and exclude_at_restart while a job runs."""
+
+    enabled: bool = Field(True, description="Score ranks and flag stragglers.")
+    threshold: float = Field(
+        0.8, gt=0, le=1, description="Flag a rank whose score (median time / its time) stays below this."
+    )
+    window_s: Seconds = Field(5.0, description="Seconds of timings per scored window.")
+    windows: int = Field(3, ge=1, le=20, description="Flagged when below the threshold in most of this many windows.")
+    exclude_at_restart: bool = Field(False, description="Exclude a flagged rank's node at the next restart.")
+
+
 class LoggingConfig(_Section):
     """Operator logs (stderr)."""
 
@@ -217,4 +231,5 @@ class NvrxConfig(_Section):
     health: HealthConfig = Field(default_factory=HealthConfig)
     attribution: AttributionConfig = Field(default_factory=AttributionConfig)
     ckpt: CkptConfig = Field(default_factory=CkptConfig)
+    straggler: StragglerConfig = Field(default_factory=StragglerConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)

@@ -4,8 +4,8 @@ Who talks to whom (docs/wire-protocol.md has the frames that carry these):
 
 - worker -> agent, ``w.*``: a rank's hello, heartbeats, sections, iterations, restored timeouts, bye;
 - agent -> worker, ``a.*``: timeouts, a request to checkpoint and stop, a request to dump stacks;
-- launcher -> agent, ``la.*``: the challenge, a new step, timeouts, stop, dump, shutdown;
-- agent -> launcher, ``ag.*``: hello, rank events, calibration, status, health, bye.
+- launcher -> agent, ``la.*``: the challenge, a new step, timeouts, stop, dump, shutdown, straggler scores;
+- agent -> launcher, ``ag.*``: hello, rank events, calibration, status, section timings, health, bye.
 
 `to_wire()` gives the map a Codec encodes; `parse()` turns a decoded map back into its record or raises
 a ProtocolError that names the kind and the field. Keys a record does not know are ignored, so an
@@ -53,6 +53,8 @@ __all__ = [
     "HealthFailed",
     "HealthUnavailable",
     "AgentBye",
+    "SectionTimings",
+    "StragglerFlags",
     "AgentLost",
     "RECORDS",
     "parse",
@@ -80,6 +82,7 @@ class Kind(str, enum.Enum):
     LA_REQUEST_STOP = "la.request_stop"
     LA_DUMP = "la.dump"
     LA_SHUTDOWN = "la.shutdown"
+    LA_STRAGGLERS = "la.stragglers"
     AG_HELLO = "ag.hello"
     AG_RANK = "ag.rank"
     AG_CALIBRATION = "ag.calibration"
@@ -88,6 +91,7 @@ class Kind(str, enum.Enum):
     AG_HEALTH = "ag.health"
     AG_HEALTH_UNAVAILABLE = "ag.health_unavailable"
     AG_BYE = "ag.bye"
+    AG_TIMINGS = "ag.timings"
     HUB_AGENT_LOST = "hub.agent_lost"  # made by the launcher's hub when a link drops; never on the wire
 
     def __str__(self) -> str:
@@ -262,6 +266,14 @@ class Shutdown(_Enveloped):
     KIND = Kind.LA_SHUTDOWN
 
 
+@_record
+class StragglerFlags(_Enveloped):
+    """The launcher's current straggler scores, for the agents' metrics: rank -> {score, flagged, kind}."""
+
+    KIND = Kind.LA_STRAGGLERS
+    ranks: dict
+
+
 # ------------------------------------------------------------------ agent -> launcher
 
 
@@ -330,6 +342,16 @@ class AgentBye(_FromAgent):
 
 
 @_record
+class SectionTimings(_FromAgent):
+    """Section durations closed since the last report: rank -> section -> [count, total_s, min_s], and
+    rank -> iterations set since then."""
+
+    KIND = Kind.AG_TIMINGS
+    ranks: dict
+    iterations: dict = field(default_factory=dict)
+
+
+@_record
 class AgentLost(_FromAgent):
     """Made by the hub, not received: the agent's link dropped, or it stayed silent `silent_s` seconds."""
 
@@ -344,8 +366,9 @@ RECORDS: dict[Kind, type[Frame]] = {
     for cls in (
         WorkerHello, Heartbeat, SectionMark, Iteration, WorkerBye, WorkerTimeouts,
         AgentTimeouts, AgentStop, AgentDump,
-        Challenge, StepStart, LauncherTimeouts, LauncherStop, RequestStop, LauncherDump, Shutdown,
+        Challenge, StepStart, LauncherTimeouts, LauncherStop, RequestStop, LauncherDump, Shutdown, StragglerFlags,
         AgentHello, RankEvent, Calibration, AgentStatus, AgentStopped, HealthFailed, HealthUnavailable, AgentBye,
+        SectionTimings,
     )
 }  # fmt: skip
 _ON_WIRE = {kind.value: cls for kind, cls in RECORDS.items()}

@@ -14,6 +14,8 @@ daemon thread. Metrics (all labelled with `node`):
 | `nvrx_health_fatal_findings_total{check}` | counter | fatal findings delivered |
 | `nvrx_rank_alive{rank}` | gauge | 1 while the rank is registered and not exited or hung |
 | `nvrx_rank_last_heartbeat_timestamp_seconds{rank}` | gauge | the rank's last heartbeat (Unix time) |
+| `nvrx_straggler_score{rank}` | gauge | the launcher's last straggler score of the rank (1: typical, lower: slower) |
+| `nvrx_straggler_flagged{rank}` | gauge | 1 while the launcher flags the rank as a straggler |
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class HealthMetrics:
         self.rank_alive = Gauge("nvrx_rank_alive", "1 while the rank is alive.", ["node", "rank"], registry=r)
         self.rank_heartbeat = Gauge("nvrx_rank_last_heartbeat_timestamp_seconds", "Last heartbeat of the rank.",
                                     ["node", "rank"], registry=r)  # fmt: skip
+        self.straggler_score = Gauge("nvrx_straggler_score", "Straggler score of the rank (1: typical).",
+                                     ["node", "rank"], registry=r)  # fmt: skip
+        self.straggler_flagged = Gauge("nvrx_straggler_flagged", "1 while the rank is flagged as a straggler.",
+                                       ["node", "rank"], registry=r)  # fmt: skip
         self.node_fatal.labels(node).set(0)
         self._fatal_seen = False  # a delivered fatal finding keeps the node marked until the agent ends
 
@@ -78,6 +84,12 @@ class HealthMetrics:
         self.rank_alive.labels(self.node, str(rank)).set(1 if alive else 0)
         if last_heartbeat is not None:
             self.rank_heartbeat.labels(self.node, str(rank)).set(last_heartbeat)
+
+    def set_straggler(self, rank: int, *, score: float | None, flagged: bool) -> None:
+        """The launcher's straggler view of one rank (sent to the agents after every scored window)."""
+        if isinstance(score, (int, float)):
+            self.straggler_score.labels(self.node, str(rank)).set(float(score))
+        self.straggler_flagged.labels(self.node, str(rank)).set(1 if flagged else 0)
 
     def remove_rank(self, rank: int) -> None:
         for gauge in (self.rank_alive, self.rank_heartbeat):

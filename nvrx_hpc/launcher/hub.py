@@ -69,6 +69,7 @@ class AgentHub:
         self.agents: dict[str, AgentLink] = {}
         self.events: asyncio.Queue[HubEvent] = asyncio.Queue()
         self.rejected = 0
+        self.on_timings: Any = None  # called with (node, SectionTimings): the straggler watch
         self._connections = 0
         self._server: asyncio.AbstractServer | None = None
         self._closing = False
@@ -204,5 +205,9 @@ class AgentHub:
         if isinstance(msg, m.AgentStatus):
             link.ranks = dict(msg.ranks)
             link.timeouts = dict(msg.timeouts)
+            return
+        if isinstance(msg, m.SectionTimings):  # every second from every agent: not for the step watch
+            if self.on_timings is not None:
+                self.on_timings(link.node, msg)
             return
         await self.events.put(HubEvent(link.node, msg, time.time()))

@@ -36,6 +36,7 @@ from nvrx_hpc.launcher.steps import (
     srun_has_nvrx,
     training_step_argv,
 )
+from nvrx_hpc.launcher.straggler_watch import StragglerWatch
 from nvrx_hpc.slurm.api import JobContext, SlurmBackend
 from nvrx_hpc.slurm.hostlist import compress, sort_hosts
 from nvrx_hpc.slurm.runner import CommandRunner
@@ -63,6 +64,7 @@ class Launcher:
         self.history: list[Attempt] = []
         self.pool: NodePool | None = None
         self.hub: AgentHub | None = None
+        self.stragglers: StragglerWatch | None = None
         self._stop_requested = asyncio.Event()
         self._restarts_before = 0
         self._attempts_started = 0
@@ -154,6 +156,8 @@ class Launcher:
             gpus_per_task=self.s.gpus_per_task,
         )
         self.hub = AgentHub(token, job=str(self.ctx.job_id))
+        self.stragglers = StragglerWatch(self.s.straggler, self.run_dir, self.events, self.hub)
+        self.hub.on_timings = self.stragglers.on_timings
         port = await self.hub.start()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGUSR1, self._on_time_limit_warning)
@@ -175,6 +179,7 @@ class Launcher:
         for step in agents:
             await step.start()
         status_task = loop.create_task(self._status_loop())
+        straggler_task = loop.create_task(self.stragglers.run())
         try:
             missing = await self.hub.wait_for_agents(all_nodes, self.s.agent_timeout_s)
             for node in missing:
@@ -182,6 +187,7 @@ class Launcher:
             code = await self._attempts(env, socket_template)
         finally:
             status_task.cancel()
+            straggler_task.cancel()
             self.hub.broadcast(m.Shutdown)
             await asyncio.sleep(0.2)
             await asyncio.gather(*(step.stop(3.0) for step in agents))
@@ -221,6 +227,8 @@ class Launcher:
                 judgement = await self._judge_node(attempt, verdict)
                 if judgement.exclude:
                     spare_used = self._exclude(attempt.culprit_node, judgement.reason) is not None
+            if attempt.outcome == Outcome.FAILED:
+                spare_used = self._exclude_stragglers() or spare_used
             decision = policy.decide(self.history, len(self.pool.active), spare_used, wanted)
             self.events.emit(
                 f"launcher.decision.{decision.action.value}", reason=decision.reason, attempt=index,
@@ -359,6 +367,15 @@ class Launcher:
                 self.events.emit("launcher.node.drain_failed", node=node, reason=exc.message)
         return spare
 
+    def _exclude_stragglers(self) -> bool:
+        """Policy straggler.exclude_at_restart: a node that keeps straggling is replaced by a spare (never
+        shrinks the job). True when a spare was used."""
+        used = False
+        for node in self.stragglers.nodes_to_exclude():
+            if node in self.pool.active and self.pool.spares:
+                used = self._exclude(node, "straggler: flagged in most recent windows") is not None or used
+        return used
+
     # ------------------------------------------------------------------ one step
 
     async def _run_step(
@@ -367,6 +384,7 @@ class Launcher:
         nodes = sort_hosts(self.pool.active)  # Slurm places rank 0 on the first node in its own order
         hub = self.hub
         self._drain_queue()
+        self.stragglers.new_step()
         hub.broadcast(m.StepStart, nodes=nodes, restart=restart)
         hub.broadcast(m.LauncherTimeouts, nodes=nodes, timeouts=self._timeouts())
         step_env = {
@@ -443,6 +461,7 @@ class Launcher:
             "job": self.ctx.job_id, "run_dir": str(self.run_dir), "attempt": len(self.history),
             "restarts": self._restarts_total(), "pool": self.pool.to_dict() if self.pool else {},
             "history": [a.__dict__ for a in self.history], "outcome": self._outcome,
+            "stragglers": self.stragglers.status() if self.stragglers else {},
         })  # fmt: skip
         try:
             write_status(self.run_dir, status)

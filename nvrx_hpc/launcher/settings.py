@@ -12,6 +12,7 @@ from pathlib import Path
 
 from nvrx_hpc.core.config import NvrxConfig, ResolvedConfig
 from nvrx_hpc.core.errors import ConfigError
+from nvrx_hpc.straggler.detector import StragglerSettings
 
 __all__ = ["RunSettings", "COMM_SECTIONS"]
 
@@ -45,6 +46,7 @@ class RunSettings:
     exclude_window_s: float = _L.exclude_window_s
     attribution: bool = _L.attribution  # stop at once when attribution judges a failure not restartable
     comm_sections: frozenset[str] = COMM_SECTIONS
+    straggler: StragglerSettings = StragglerSettings(comm_sections=COMM_SECTIONS)
 
     @classmethod
     def from_config(
@@ -61,6 +63,7 @@ class RunSettings:
             mode=launcher.mode, stop_grace_s=launcher.stop_grace_s, health_interval_s=launcher.health_interval_s,
             agent_socket=agent.socket, exclude_after=launcher.exclude_after,
             exclude_window_s=launcher.exclude_window_s, attribution=launcher.attribution,
+            straggler=StragglerSettings.from_config(resolved.config.straggler, COMM_SECTIONS),
         )  # fmt: skip
 
     def validate(self, allocated_nodes: int) -> None:

@@ -152,3 +152,34 @@ def test_hostile_input_is_rejected_and_both_keep_working(tmp_path, side):
         await hub.close()
 
     asyncio.run(scenario())
+
+
+def test_closed_sections_reach_the_launcher_as_timings_with_the_iterations(tmp_path):
+    """What the straggler watch is fed: per rank and section, how many closed and how long they took."""
+
+    async def scenario():
+        hub, agent, task = await _start(tmp_path)
+        got: list = []
+        hub.on_timings = lambda node, msg: got.append((node, msg))
+        codec = Codec(TOKEN)
+        t = time.time()
+        frames = [m.WorkerHello(rank=4, local_rank=0, pid=os.getpid()).to_wire()]
+        for i in range(3):  # three steps of 0.2 s each, by the rank's own clock
+            frames += [m.SectionMark(rank=4, name="step", open=True, t=t + i).to_wire(),
+                       m.SectionMark(rank=4, name="step", open=False, t=t + i + 0.2).to_wire(),
+                       m.Iteration(rank=4, n=i + 1, t=t + i + 0.2).to_wire()]
+        client = _worker(tmp_path / "a.sock", [codec.encode(f) for f in frames])
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        client.close()
+        hub.broadcast(m.Shutdown)
+        await asyncio.wait_for(task, 5)
+        await hub.close()
+        return got
+
+    got = asyncio.run(scenario())
+    node, msg = got[0]
+    count, total, shortest = msg.ranks["4"]["step"]
+    assert node == "n1" and count == 3 and abs(total - 0.6) < 1e-6 and abs(shortest - 0.2) < 1e-6
+    assert msg.iterations == {"4": 3}

@@ -48,6 +48,8 @@ CHANGED = {
     "ckpt.shared_dir": "/tmp/shared", "ckpt.scheme": "xor", "ckpt.set_size": "4", "ckpt.keep": "3",
     "ckpt.drain_every": "2", "ckpt.drain_bandwidth_mib_s": "10", "ckpt.drain_keep": "1", "ckpt.chunk_mib": "8",
     "ckpt.wait_timeout_s": "5", "ckpt.reprotect": "false",
+    "straggler.enabled": "false", "straggler.threshold": "0.6", "straggler.window_s": "2",
+    "straggler.windows": "5", "straggler.exclude_at_restart": "true",
     "logging.level": "debug",
 }  # fmt: skip
 
@@ -79,7 +81,8 @@ def _agent_paths(r: ResolvedConfig, _env: dict[str, str]) -> object:
 # The code each key feeds, by key or section: what it builds from the config (and the environment it reads).
 CONSUMERS = {
     "launcher.epilog_requeue": lambda r, _e: orphan.wanted({"SPANK_NVRX_ENABLED": "1"}, r.config),
-    "launcher": _run_settings, "agent.heartbeat_timeout_s": _run_settings, "agent.initial_timeout_s": _run_settings,
+    "launcher": _run_settings, "straggler": _run_settings,
+    "agent.heartbeat_timeout_s": _run_settings, "agent.initial_timeout_s": _run_settings,
     "agent": _agent_paths, "slurm": _slurm, "health": _health,
     "ckpt": lambda r, _e: CheckpointSettings.from_config(r.config.ckpt, bb_dir="/bb", failure_domain="n1").model_dump(),
     "attribution": lambda r, _env: r.config.attribution.model_dump(),  # AttributionSettings is the section itself

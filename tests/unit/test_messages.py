@@ -42,6 +42,8 @@ SAMPLES = [
     m.HealthFailed(job="7", node="n1", check="gpu", verdict="fatal", detail="Xid 79"),
     m.HealthUnavailable(job="7", node="n1", reason="no NVML"),
     m.AgentBye(job="7", node="n1"),
+    m.SectionTimings(job="7", node="n1", ranks={"5": {"step": [10, 0.52, 0.05]}}),
+    m.StragglerFlags(job="7", ranks={"5": {"score": 0.7, "flagged": True, "kind": "compute"}}),
 ]
 
 

@@ -1,0 +1,116 @@
+"""The launcher's straggler watch: feeds the agents' section timings to the detector, scores one window
+every `window_s`, and publishes the result (events.jsonl, status.json, the agents' metrics).
+
+The settings a user changes while the job runs (`nvrx-hpc straggler set`, `<run dir>/straggler.json`)
+are read before each window is scored, so they apply from that window on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from nvrx_hpc.core import messages as m
+from nvrx_hpc.core.errors import ConfigError
+from nvrx_hpc.core.events import EventLog
+from nvrx_hpc.straggler.control import apply_control, read_control
+from nvrx_hpc.straggler.detector import RankScore, StragglerDetector, StragglerSettings
+
+__all__ = ["StragglerWatch"]
+
+log = logging.getLogger(__name__)
+
+
+class StragglerWatch:
+    def __init__(self, settings: StragglerSettings, run_dir: Path, events: EventLog, hub: Any) -> None:
+        self.base = settings  # from the configuration; the control file's keys go on top
+        self.run_dir = Path(run_dir)
+        self.events = events
+        self.hub = hub
+        self.detector = StragglerDetector(settings)
+        self.flags: dict[int, RankScore] = {}
+        self.scores: list[RankScore] = []
+        self._control: dict[str, Any] = {}
+        self._rejected: str | None = None
+
+    @property
+    def settings(self) -> StragglerSettings:
+        return self.detector.settings
+
+    def on_timings(self, node: str, msg: m.SectionTimings) -> None:
+        """The hub's sink for `ag.timings`."""
+        if self.settings.enabled:
+            self.detector.add(node, msg.ranks, msg.iterations)
+
+    def new_step(self) -> None:
+        """A restarted step renumbers ranks and warms up again: scores start over."""
+        self.detector = StragglerDetector(self.settings)
+        self._publish([])
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.window_s)
+            self.tick()
+
+    def tick(self) -> list[RankScore]:
+        """Apply the control file, then score the window that ends now."""
+        self._reload_control()
+        scores = self.detector.close_window() if self.settings.enabled else []
+        if not self.settings.enabled:
+            self.detector.window.clear()
+        self._publish(scores)
+        return scores
+
+    def status(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "enabled": s.enabled, "threshold": s.threshold, "window_s": s.window_s, "windows": s.windows,
+            "exclude_at_restart": s.exclude_at_restart, "windows_scored": self.detector.windows_closed,
+            "flagged": {str(r): f.to_dict() for r, f in sorted(self.flags.items())},
+            "scores": {str(x.rank): x.to_dict() for x in self.scores},
+        }  # fmt: skip
+
+    def nodes_to_exclude(self) -> list[str]:
+        """Nodes of flagged ranks, when the policy says to exclude them at the next restart."""
+        if not self.settings.exclude_at_restart:
+            return []
+        return sorted({f.node for f in self.flags.values() if f.node})
+
+    # ------------------------------------------------------------------ internals
+
+    def _publish(self, scores: list[RankScore]) -> None:
+        flagged = {x.rank: x for x in scores if x.flagged}
+        for rank, x in flagged.items():
+            if rank not in self.flags:
+                self.events.emit("launcher.straggler", node=x.node, rank=rank, score=round(x.score, 3),
+                                 classified_as=x.kind, self_score=round(x.self_score, 3),
+                                 comm_score=round(x.comm_score, 3), window=self.detector.windows_closed)
+        for rank, x in self.flags.items():
+            if rank not in flagged:
+                self.events.emit("launcher.straggler.cleared", node=x.node, rank=rank,
+                                 window=self.detector.windows_closed)
+        self.flags, self.scores = flagged, scores
+        if scores:
+            ranks = {str(x.rank): {"score": round(x.score, 3), "flagged": x.flagged, "kind": x.kind} for x in scores}
+            self.hub.broadcast(m.StragglerFlags, ranks=ranks)
+
+    def _reload_control(self) -> None:
+        try:
+            control = read_control(self.run_dir)
+        except ConfigError as exc:
+            if exc.message != self._rejected:  # say it once, keep the settings in force
+                self._rejected = exc.message
+                self.events.emit("launcher.straggler.control_rejected", reason=exc.message)
+            return
+        self._rejected = None
+        if control == self._control:
+            return
+        self._control = control
+        settings = apply_control(self.base, control)
+        self.detector.settings = settings
+        if not settings.enabled:
+            self._publish([])
+        self.events.emit("launcher.straggler.settings", enabled=settings.enabled, threshold=settings.threshold,
+                         exclude_at_restart=settings.exclude_at_restart, window=self.detector.windows_closed)
