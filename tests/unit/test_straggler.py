@@ -191,3 +191,22 @@ def test_write_control_merges_and_keeps_what_it_was_not_given(tmp_path):
     with pytest.raises(ConfigError):
         write_control(tmp_path, threshold=1.5)
     assert read_control(tmp_path) == {"threshold": 0.7, "enabled": False}
+
+
+def test_the_launchers_scores_reach_the_agents_prometheus_metrics(tmp_path):
+    import asyncio
+
+    from nvrx_hpc.agent.daemon import Agent, AgentSettings
+    from nvrx_hpc.core import messages as m
+    from nvrx_hpc.health.metrics import HealthMetrics
+
+    agent = Agent(AgentSettings(node="n2", job="7", socket_path=tmp_path / "a.sock", launcher_host="127.0.0.1",
+                                launcher_port=1, token=b"t" * 32))  # fmt: skip
+    agent.metrics = HealthMetrics("n2")
+    flags = m.StragglerFlags(ranks={"3": {"score": 0.77, "flagged": True, "kind": "compute"},
+                                    "2": {"score": 1.0, "flagged": False, "kind": ""}})  # fmt: skip
+    asyncio.run(agent._on_launcher(flags))
+    sample = agent.metrics.registry.get_sample_value
+    assert sample("nvrx_straggler_score", {"node": "n2", "rank": "3"}) == 0.77
+    assert sample("nvrx_straggler_flagged", {"node": "n2", "rank": "3"}) == 1.0
+    assert sample("nvrx_straggler_flagged", {"node": "n2", "rank": "2"}) == 0.0
