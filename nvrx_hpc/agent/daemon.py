@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import random
 import signal
 import time
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from nvrx_hpc.agent.hang import Timeouts, calibrate, find_hangs
 from nvrx_hpc.agent.registry import RankRecord, RankState, Registry
 from nvrx_hpc.agent.server import RankSocketServer, WorkerLink
 from nvrx_hpc.core import messages as m
-from nvrx_hpc.core.errors import PeerUnreachable, ProtocolError
+from nvrx_hpc.core.errors import AuthError, PeerUnreachable, ProtocolError
 from nvrx_hpc.core.messages import Kind, RankEventKind
 from nvrx_hpc.core.wire import Codec, read_message
 from nvrx_hpc.slurm.spank_messages import Register, StepEnd, TaskExit
@@ -127,6 +128,32 @@ class Agent:
                         hint="is `nvrx-hpc run` of this job still running? check --launcher HOST:PORT",
                     ) from None
                 await asyncio.sleep(0.2)
+
+    async def _handshake(self) -> tuple[asyncio.StreamReader, m.Challenge]:
+        """Connect and take the launcher's challenge. A launcher busy with thousands of agents starting at
+        once closes the connections it cannot admit yet before it challenges them: try again, with a
+        random backoff, until connect_s has passed."""
+        deadline = time.monotonic() + self.s.connect_s
+        backoff = 0.1
+        while True:
+            reader, self._writer = await self._connect(max(0.0, deadline - time.monotonic()))
+            try:
+                first = await read_message(reader, self.codec, timeout=_CHALLENGE_WAIT_S)  # the launcher speaks first
+            except AuthError:
+                raise  # another job's launcher, or the wrong token: trying again cannot help
+            except (ConnectionError, ProtocolError):
+                first = None
+            if first is not None:
+                challenge = m.parse(first)
+                if not isinstance(challenge, m.Challenge):
+                    raise ProtocolError(f"the launcher did not open with a challenge (got {challenge.KIND.value!r})")
+                return reader, challenge
+            self._writer.close()
+            if time.monotonic() > deadline:
+                raise PeerUnreachable(f"the launcher at {self.s.launcher_host}:{self.s.launcher_port} kept closing "
+                                      f"the connection before its challenge for {self.s.connect_s:g} s")
+            await asyncio.sleep(backoff * random.uniform(0.5, 1.5))
+            backoff = min(2.0, backoff * 2)
 
     async def _launcher_loop(self, reader: asyncio.StreamReader) -> None:
         while not self._stop.is_set():
@@ -408,12 +435,7 @@ class Agent:
                 waiter.cancel()
                 await self.server.close()
                 return 0
-        reader, self._writer = await self._connect(self.s.connect_s)
-        first = await read_message(reader, self.codec, timeout=_CHALLENGE_WAIT_S)  # the launcher speaks first
-        challenge = None if first is None else m.parse(first)
-        if not isinstance(challenge, m.Challenge):
-            got = challenge.KIND.value if challenge else None
-            raise ProtocolError(f"the launcher did not open with a challenge (got {got!r})")
+        reader, challenge = await self._handshake()
         self._report(m.AgentHello, pid=os.getpid(), socket=str(self.s.socket_path), nonce=challenge.nonce)
         monitor, metrics_server = self._start_health(loop)
         tasks = [

@@ -25,8 +25,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-for _module in (cluster, config, spank, ckpt, node, site, hooks, health, run_cli, attribute, serve, submit,
-                straggler):
+for _module in (cluster, config, spank, ckpt, node, site, hooks, health, run_cli, attribute, serve, submit, straggler):
     _module.register(app)
 
 _state = {"debug": False}

@@ -178,25 +178,34 @@ def _unpack(payload: bytes, max_frame: int) -> dict[str, Any]:
     return obj
 
 
+_LEAVES = frozenset({type(None), bool, int, float, str, bytes})
+_CONTAINERS = frozenset({dict, list})
+
+
 def _check_tree(obj: Any) -> None:
-    """Only plain msgpack types, string map keys, and at most MAX_DEPTH levels (iterative: no recursion)."""
+    """Only plain msgpack types, string map keys, and at most MAX_DEPTH levels (iterative: no recursion).
+
+    Exact type checks: msgpack builds plain dicts, lists, str, int, ...; anything else (a Timestamp, which
+    ext -1 decodes to without calling ext_hook) is refused. Runs on every frame: kept to one pass."""
     stack = [(obj, 1)]
+    pop, push = stack.pop, stack.append
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (list, dict)):
-            if depth > MAX_DEPTH:
-                raise ProtocolError(f"payload nested deeper than {MAX_DEPTH} levels")
-            if isinstance(item, dict):
-                for key in item:
-                    if not isinstance(key, str):
-                        raise ProtocolError(f"payload map key of type {type(key).__name__} (only strings)")
-                children = item.values()
-            else:
-                children = item
-            stack.extend((child, depth + 1) for child in children)
-        elif not (item is None or isinstance(item, (bool, int, float, str, bytes))):
-            kind = type(item).__name__  # msgpack.Timestamp: ext -1 never reaches ext_hook
-            raise ProtocolError(f"payload not accepted: {kind} values are not allowed")
+        item, depth = pop()
+        if depth > MAX_DEPTH:
+            raise ProtocolError(f"payload nested deeper than {MAX_DEPTH} levels")
+        if type(item) is dict:
+            for key in item:
+                if type(key) is not str:
+                    raise ProtocolError(f"payload map key of type {type(key).__name__} (only strings)")
+            values = item.values()
+        else:
+            values = item
+        for value in values:
+            kind = type(value)
+            if kind in _CONTAINERS:
+                push((value, depth + 1))
+            elif kind not in _LEAVES:
+                raise ProtocolError(f"payload not accepted: {kind.__name__} values are not allowed")
 
 
 def _check_message(msg: Any) -> None:

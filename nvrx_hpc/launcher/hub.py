@@ -88,18 +88,32 @@ class AgentHub:
 
     def send(self, node: str, record: type[m.Frame], **fields: Any) -> bool:
         """Send one node's agent an `la.*` record, stamped with this job."""
+        try:
+            frame = self.codec.encode(record(job=self.job, **fields).to_wire())
+        except ProtocolError as exc:
+            log.error("cannot send %s: %s", record.KIND, exc.message)
+            return False
+        return self._write(node, frame)
+
+    def broadcast(self, record: type[m.Frame], nodes: list[str] | None = None, **fields: Any) -> None:
+        """The same record to many agents: encoded once (thousands of nodes, one frame)."""
+        try:
+            frame = self.codec.encode(record(job=self.job, **fields).to_wire())
+        except ProtocolError as exc:
+            log.error("cannot send %s: %s", record.KIND, exc.message)
+            return
+        for node in nodes if nodes is not None else list(self.agents):
+            self._write(node, frame)
+
+    def _write(self, node: str, frame: bytes) -> bool:
         link = self.agents.get(node)
         if link is None:
             return False
         try:
-            link.writer.write(self.codec.encode(record(job=self.job, **fields).to_wire()))
+            link.writer.write(frame)
             return True
-        except (OSError, RuntimeError, ProtocolError):
+        except (OSError, RuntimeError):
             return False
-
-    def broadcast(self, record: type[m.Frame], nodes: list[str] | None = None, **fields: Any) -> None:
-        for node in nodes if nodes is not None else list(self.agents):
-            self.send(node, record, **fields)
 
     async def wait_for_agents(self, nodes: list[str], timeout: float) -> list[str]:
         """Wait until every node's agent said hello; returns the nodes still missing at the deadline."""

@@ -92,9 +92,13 @@ class StragglerWatch:
                 self.events.emit("launcher.straggler.cleared", node=x.node, rank=rank,
                                  window=self.detector.windows_closed)
         self.flags, self.scores = flagged, scores
-        if scores:
-            ranks = {str(x.rank): {"score": round(x.score, 3), "flagged": x.flagged, "kind": x.kind} for x in scores}
-            self.hub.broadcast(m.StragglerFlags, ranks=ranks)
+        by_node: dict[str, dict[str, dict]] = {}
+        for x in scores:  # each agent gets its own ranks' scores only
+            if x.node:
+                by_node.setdefault(x.node, {})[str(x.rank)] = {"score": round(x.score, 3), "flagged": x.flagged,
+                                                               "kind": x.kind}  # fmt: skip
+        for node, ranks in by_node.items():
+            self.hub.send(node, m.StragglerFlags, ranks=ranks)
 
     def _reload_control(self) -> None:
         try:

@@ -111,8 +111,8 @@ class _Hub:
     def __init__(self) -> None:
         self.sent: list = []
 
-    def broadcast(self, record, **fields) -> None:
-        self.sent.append((record.KIND, fields))
+    def send(self, node, record, **fields) -> None:
+        self.sent.append((record.KIND, fields, node))
 
 
 class _Timings:
@@ -140,7 +140,9 @@ def test_the_watch_publishes_a_flag_once_and_its_clearing(tmp_path):
     assert events.kinds().count("launcher.straggler") == 1
     kind, data = next(e for e in events.emitted if e[0] == "launcher.straggler")
     assert (data["rank"], data["node"], data["classified_as"]) == (3, "n2", "compute")
-    assert watch.status()["flagged"]["3"]["flagged"] and hub.sent[-1][1]["ranks"]["3"]["flagged"]
+    assert watch.status()["flagged"]["3"]["flagged"]
+    assert hub.sent[-1][2] == "n2" and hub.sent[-1][1]["ranks"]["3"]["flagged"]  # n2's agent: its own ranks
+    assert set(hub.sent[-1][1]["ranks"]) == {"2", "3"}
     assert watch.nodes_to_exclude() == []  # the policy is off by default
     for _ in range(3):
         _tick(watch)

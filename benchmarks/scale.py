@@ -1,0 +1,298 @@
+"""The launcher's hub at scale: up to 2,048 simulated node agents x 8 ranks = 16,384 ranks over loopback.
+
+    python benchmarks/scale.py [--sizes 512,2048,8192,16384] [--steady-s 10] [--failures 20] [--json]
+
+The launcher side is the real thing, in this process: `AgentHub` (challenge, HMAC frames, parse into the
+message records), the step watch that turns a failure frame into a finding (`StepWatch`), the straggler
+watch fed by every agent's timings, and status.json rewritten every second. The agents are simulated in
+several child processes (asyncio, 8 ranks per node): each completes the real challenge and hello, then
+sends what a real agent sends every second, `ag.status` with its 8 ranks' summaries (their heartbeat
+counts at the worker API's 20 beats a second) and `ag.timings`. Heartbeats themselves go from a rank to
+its own node's agent, never to the launcher, so they cost the hub nothing.
+
+Per size it reports: the hub's CPU (% of one core) and memory (RSS growth since before the agents
+connected) in all and per 1,000 ranks while steady, the agent messages per second it took, and, over
+`--failures` failure frames (one rank SIGKILLed, `ag.rank exited`), the time from the frame's arrival at
+the hub to the step watch's finding (the stop decision: the launcher knows the step failed and whom to
+blame), and from there to the restart plan (culprit, exclusion and the restart policy's decision), p50
+and p99. `--json` prints one row per size with at least ranks, decision_p50_ms, decision_p99_ms,
+hub_cpu_pct, hub_rss_mib and msgs_per_s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import random
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import psutil  # noqa: E402
+
+from nvrx_hpc.core import messages as m  # noqa: E402
+from nvrx_hpc.core.wire import Codec, new_token, read_message  # noqa: E402
+
+RANKS_PER_NODE = 8
+AGENT_PROCESSES = 4
+HANDSHAKES_AT_ONCE = 6  # per process: the hub lets 32 connections of one address wait for their hello
+
+
+# ---------------------------------------------------------------- simulated agents (child processes)
+
+
+def _agents_main(nodes: list[str], first_rank: int, port: int, token: bytes, control, ready) -> None:
+    asyncio.run(_agents(nodes, first_rank, port, token, control, ready))
+
+
+async def _agents(nodes: list[str], first_rank: int, port: int, token: bytes, control, ready) -> None:
+    codec = Codec(token)
+    gate = asyncio.Semaphore(HANDSHAKES_AT_ONCE)
+    writers: dict[str, asyncio.StreamWriter] = {}
+
+    async def connect(node: str) -> None:
+        async with gate:
+            while True:  # as the agent does: a launcher busy admitting others closes before its challenge
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                first = await read_message(reader, codec, timeout=30)
+                if first is not None:
+                    break
+                writer.close()
+                await asyncio.sleep(random.uniform(0.05, 0.3))
+            challenge = m.parse(first)
+            writer.write(codec.encode(m.AgentHello(job="1", node=node, pid=os.getpid(), nonce=challenge.nonce)
+                                      .to_wire()))  # fmt: skip
+            await writer.drain()
+            writers[node] = writer
+
+    await asyncio.gather(*(connect(n) for n in nodes))
+    ready.put(len(writers))
+    started = time.time()
+    ranks_of = {n: range(first_rank + i * RANKS_PER_NODE, first_rank + (i + 1) * RANKS_PER_NODE)
+                for i, n in enumerate(nodes)}  # fmt: skip
+    loop = asyncio.get_running_loop()
+    tick = 0
+    while True:
+        tick += 1
+        now = time.time()
+        for node, writer in writers.items():
+            ranks = ranks_of[node]
+            summary = {str(r): {"rank": r, "pid": 1000 + r, "local_rank": r % RANKS_PER_NODE, "state": "running",
+                                "iteration": tick * 10, "beats": int((now - started) * 20), "last_beat_age": 0.02,
+                                "sections": ["step"], "exit_code": None, "signal": None} for r in ranks}  # fmt: skip
+            timings = {str(r): {"step": [10, 0.5, 0.05], "allreduce": [10, 0.1, 0.01]} for r in ranks}
+            writer.write(codec.encode(m.AgentStatus(job="1", node=node, ranks=summary, timeouts={}).to_wire()))
+            writer.write(codec.encode(m.SectionTimings(job="1", node=node, ranks=timings,
+                                                       iterations={str(r): 10 for r in ranks}).to_wire()))
+        await asyncio.gather(*(w.drain() for w in writers.values()))
+        deadline = started + tick
+        while time.time() < deadline:
+            order = await loop.run_in_executor(None, _poll, control, max(0.0, deadline - time.time()))
+            if order == "stop":
+                return
+            if order is not None:
+                node, rank = order
+                frame = m.RankEvent(job="1", node=node, event=m.RankEventKind.EXITED, rank=rank, pid=1000 + rank,
+                                    signal=9, source="spank", sections=("step",))  # fmt: skip
+                writers[node].write(codec.encode(frame.to_wire()))
+                await writers[node].drain()
+
+
+def _poll(control, timeout: float):
+    try:
+        return control.get(timeout=min(timeout, 0.2))
+    except Exception:  # noqa: BLE001 - queue.Empty: nothing asked
+        return None
+
+
+# ---------------------------------------------------------------- the launcher side (this process)
+
+
+async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dict:
+    from nvrx_hpc.core.events import EventLog
+    from nvrx_hpc.launcher.culprit import pick_culprit
+    from nvrx_hpc.launcher.hub import AgentHub
+    from nvrx_hpc.launcher.monitor import StepWatch
+    from nvrx_hpc.launcher.policy import Attempt, Outcome, RestartPolicy
+    from nvrx_hpc.launcher.settings import RunSettings
+    from nvrx_hpc.launcher.status import launcher_status, write_status
+    from nvrx_hpc.launcher.straggler_watch import StragglerWatch
+
+    nodes = [f"n{i:05d}" for i in range(ranks // RANKS_PER_NODE)]
+    token = new_token()
+    me = psutil.Process()
+    rss_before = me.memory_info().rss
+    settings = RunSettings(command=["x"], run_dir=work)
+    events = EventLog(work / "events.jsonl", "launcher")
+    arrivals: dict[tuple[str, int], float] = {}
+
+    class TimedHub(AgentHub):  # the moment a failure frame reaches the hub's handler
+        async def _handle(self, link, msg):
+            if isinstance(msg, m.RankEvent):
+                arrivals[(msg.node, msg.rank)] = time.perf_counter()
+            await super()._handle(link, msg)
+
+    hub = TimedHub(token, host="127.0.0.1", job="1")
+    port = await hub.start()
+    stragglers = StragglerWatch(settings.straggler, work, events, hub)
+    hub.on_timings = stragglers.on_timings
+    counted = {"n": 0}
+    original = hub.on_timings
+
+    def count(node, msg):
+        counted["n"] += 2  # its ag.status came just before it
+        original(node, msg)
+
+    hub.on_timings = count
+
+    async def status_loop():
+        while True:
+            write_status(work, {**launcher_status(hub.agents, final=False), "stragglers": stragglers.status()})
+            await asyncio.sleep(1.0)
+
+    ctx = mp.get_context("spawn")
+    chunks = [nodes[i::AGENT_PROCESSES] for i in range(AGENT_PROCESSES)]
+    controls, ready = [ctx.Queue() for _ in chunks], ctx.Queue()
+    first = [0]
+    procs = []
+    for chunk, control in zip(chunks, controls, strict=True):
+        # ranks are numbered by node order inside each process's share
+        procs.append(ctx.Process(target=_agents_main, args=(chunk, first[0], port, token, control, ready),
+                                 daemon=True))  # fmt: skip
+        first[0] += len(chunk) * RANKS_PER_NODE
+    for p in procs:
+        p.start()
+    tasks = [asyncio.ensure_future(status_loop()), asyncio.ensure_future(stragglers.run())]
+    try:
+        missing = await hub.wait_for_agents(nodes, timeout=120 + len(nodes) / 20)
+        if missing:
+            raise SystemExit(f"{len(missing)} of {len(nodes)} simulated agents never said hello")
+        await asyncio.sleep(2.0)  # every agent has sent its first status
+        cpu0, wall0, n0 = sum(me.cpu_times()[:2]), time.perf_counter(), counted["n"]
+        await asyncio.sleep(steady_s)
+        cpu1, wall1, n1 = sum(me.cpu_times()[:2]), time.perf_counter(), counted["n"]
+        rss = me.memory_info().rss - rss_before
+        decisions, plans = [], []
+        for i in range(failures):
+            which = i % len(chunks)
+            chunk = chunks[which]
+            node = chunk[(i * 7919) % len(chunk)]
+            rank = sum(len(c) for c in chunks[:which]) * RANKS_PER_NODE + chunk.index(node) * RANKS_PER_NODE + 3
+            emitted: dict[str, float] = {}
+            real_emit = events.emit
+
+            def emit(kind, _real=real_emit, _seen=emitted, **kw):
+                _seen.setdefault(kind, time.perf_counter())
+                return _real(kind, **kw)
+
+            events.emit = emit
+            watch = StepWatch(hub, events, settings)
+            step = _NeverEnds()
+            run = asyncio.ensure_future(watch.run(step, nodes))
+            await asyncio.sleep(0.1)
+            controls[which].put((node, rank))
+            findings, _, _ = await run
+            events.emit = real_emit
+            decided = emitted.get("launcher.rank.exited")
+            if decided is None or (node, rank) not in arrivals:
+                raise SystemExit(f"failure of rank {rank} on {node} was not decided: {findings}")
+            decisions.append(decided - arrivals.pop((node, rank)))
+            t = time.perf_counter()
+            culprit = pick_culprit(findings, settings.comm_sections)
+            policy = RestartPolicy(settings.max_restarts, settings.max_no_progress, settings.min_nodes)
+            history = [Attempt(Outcome.FAILED, culprit.node, culprit.reason, 1, time.time(), culprit.kind,
+                               culprit.rank)]  # fmt: skip
+            policy.decide(history, len(nodes) - 1, True, len(nodes))
+            plans.append(time.perf_counter() - t)
+            while not hub.events.empty():
+                hub.events.get_nowait()
+    finally:
+        for control in controls:
+            control.put("stop")
+        for task in tasks:
+            task.cancel()
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+        await hub.close()
+        await asyncio.sleep(0.5)  # let each connection's task see its end of stream before the loop closes
+    cpu_pct = 100 * (cpu1 - cpu0) / (wall1 - wall0)
+    return {
+        "ranks": ranks, "nodes": len(nodes), "msgs_per_s": round((n1 - n0) / (wall1 - wall0), 1),
+        "msgs_expected_per_s": 2 * len(nodes), "hub_cpu_pct": round(cpu_pct, 2),
+        "hub_cpu_pct_per_1k_ranks": round(cpu_pct * 1000 / ranks, 3), "hub_rss_mib": round(rss / 2**20, 1),
+        "hub_rss_mib_per_1k_ranks": round(rss / 2**20 * 1000 / ranks, 2),
+        "decision_p50_ms": round(1e3 * _pct(decisions, 50), 2), "decision_p99_ms": round(1e3 * _pct(decisions, 99), 2),
+        "plan_p50_ms": round(1e3 * _pct(plans, 50), 3), "plan_p99_ms": round(1e3 * _pct(plans, 99), 3),
+        "failures": len(decisions),
+    }  # fmt: skip
+
+
+class _NeverEnds:
+    """A training step that runs until the watch stops it."""
+
+    def __init__(self) -> None:
+        self._done = asyncio.get_running_loop().create_future()
+
+    async def wait(self) -> int:
+        return await self._done
+
+    async def stop(self, _grace: float) -> None:
+        if not self._done.done():
+            self._done.set_result(-9)
+
+
+def _pct(values: list[float], q: int) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def _raise_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="512,2048,8192,16384", help="ranks per run, comma-separated")
+    parser.add_argument("--steady-s", type=float, default=10.0, help="seconds of steady load measured per size")
+    parser.add_argument("--failures", type=int, default=20, help="failure frames per size (p50/p99 over them)")
+    parser.add_argument("--json", action="store_true", help="print one JSON row per size")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if not sizes or any(s < 2 * RANKS_PER_NODE * AGENT_PROCESSES or s % RANKS_PER_NODE for s in sizes):
+        parser.error(f"--sizes: multiples of {RANKS_PER_NODE}, at least {2 * RANKS_PER_NODE * AGENT_PROCESSES}")
+    if args.failures < 1 or args.steady_s <= 0:
+        parser.error("--failures >= 1, --steady-s > 0")
+    _raise_fd_limit()
+    rows = []
+    for size in sizes:
+        with tempfile.TemporaryDirectory(prefix="nvrx-scale-") as tmp:
+            rows.append(asyncio.run(measure(size, args.steady_s, args.failures, Path(tmp))))
+        if not args.json:
+            r = rows[-1]
+            print(f"{r['ranks']:6d} ranks: decision p50 {r['decision_p50_ms']:.2f} ms "
+                  f"p99 {r['decision_p99_ms']:.2f} ms; plan p99 {r['plan_p99_ms']:.3f} ms; "
+                  f"hub CPU {r['hub_cpu_pct']:.1f} % "
+                  f"({r['hub_cpu_pct_per_1k_ranks']:.2f} %/1k ranks), RSS +{r['hub_rss_mib']:.1f} MiB "
+                  f"({r['hub_rss_mib_per_1k_ranks']:.2f} MiB/1k ranks); {r['msgs_per_s']:.0f} of "
+                  f"{r['msgs_expected_per_s']} msgs/s", flush=True)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
