@@ -84,6 +84,7 @@ def register(app: typer.Typer) -> None:
         print_text(f"nvrx-hpc run: job {ctx.job_id}: {shape.describe()}; run dir {settings.run_dir}")
         runner = CommandRunner(default_timeout=config.slurm.command_timeout_s)
         launcher = Launcher(settings, ctx, get_backend(config.slurm.backend, runner), runner)
+        _raise_open_files_limit()
         code = asyncio.run(launcher.run())
         events = settings.run_dir / "events.jsonl"
         typer.echo(f"nvrx-hpc run: exit {int(code)} ({code.name}); events in {events}", err=True)
@@ -180,6 +181,19 @@ def register(app: typer.Typer) -> None:
         print_table(rows, ["rank", "node", "state", "iteration", "last beat (s)", "sections"], json_output=False)
         for rank, flag in (state.get("stragglers") or {}).get("flagged", {}).items():
             print_text(f"straggler: rank {rank} on {flag.get('node')} ({flag.get('kind')}, score {flag.get('score')})")
+
+
+def _raise_open_files_limit() -> None:
+    """The launcher holds one socket per node agent: 2,048 nodes need more than the usual soft limit of
+    1,024 open files. Raise the soft limit to the hard one (no privilege needed); docs/scale.md."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass  # a hard limit of infinity may be refused: keep the soft one
 
 
 def run_dir_of(job: str) -> Path:
