@@ -6,9 +6,11 @@ The launcher side is the real thing, in this process: `AgentHub` (challenge, HMA
 message records), the step watch that turns a failure frame into a finding (`StepWatch`), the straggler
 watch fed by every agent's timings, and status.json rewritten every second. The agents are simulated in
 several child processes (asyncio, 8 ranks per node): each completes the real challenge and hello, then
-sends what a real agent sends every second, `ag.status` with its 8 ranks' summaries (their heartbeat
-counts at the worker API's 20 beats a second) and `ag.timings`. Heartbeats themselves go from a rank to
-its own node's agent, never to the launcher, so they cost the hub nothing.
+sends what a real agent sends every `agent_status_s` (1 s up to 512 nodes, then nodes / 512 s), at its own
+random phase: `ag.status` with its 8 ranks' summaries (their heartbeat counts at the worker API's 20 beats
+a second) and section timings.
+Heartbeats themselves go from a rank to its own node's agent, never to the launcher: they cost the hub
+nothing.
 
 Per size it reports: the hub's CPU (% of one core) and memory (RSS growth since before the agents
 connected) in all and per 1,000 ranks while steady, the agent messages per second it took, and, over
@@ -50,11 +52,12 @@ HANDSHAKES_AT_ONCE = 6  # per process: the hub lets 32 connections of one addres
 # ---------------------------------------------------------------- simulated agents (child processes)
 
 
-def _agents_main(nodes: list[str], first_rank: int, port: int, token: bytes, control, ready) -> None:
-    asyncio.run(_agents(nodes, first_rank, port, token, control, ready))
+def _agents_main(nodes: list[str], first_rank: int, port: int, token: bytes, status_s: float, control, ready) -> None:
+    asyncio.run(_agents(nodes, first_rank, port, token, status_s, control, ready))
 
 
-async def _agents(nodes: list[str], first_rank: int, port: int, token: bytes, control, ready) -> None:
+async def _agents(nodes: list[str], first_rank: int, port: int, token: bytes, status_s: float, control,
+                  ready) -> None:
     codec = Codec(token)
     gate = asyncio.Semaphore(HANDSHAKES_AT_ONCE)
     writers: dict[str, asyncio.StreamWriter] = {}
@@ -79,32 +82,37 @@ async def _agents(nodes: list[str], first_rank: int, port: int, token: bytes, co
     started = time.time()
     ranks_of = {n: range(first_rank + i * RANKS_PER_NODE, first_rank + (i + 1) * RANKS_PER_NODE)
                 for i, n in enumerate(nodes)}  # fmt: skip
-    loop = asyncio.get_running_loop()
-    tick = 0
-    while True:
-        tick += 1
-        now = time.time()
-        for node, writer in writers.items():
+
+    async def report(node: str, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(random.uniform(0.0, status_s))  # as a real agent does: its own phase
+        tick = 0
+        while True:
+            tick += 1
+            now = time.time()
             ranks = ranks_of[node]
             summary = {str(r): {"rank": r, "pid": 1000 + r, "local_rank": r % RANKS_PER_NODE, "state": "running",
                                 "iteration": tick * 10, "beats": int((now - started) * 20), "last_beat_age": 0.02,
                                 "sections": ["step"], "exit_code": None, "signal": None} for r in ranks}  # fmt: skip
             timings = {str(r): {"step": [10, 0.5, 0.05], "allreduce": [10, 0.1, 0.01]} for r in ranks}
-            writer.write(codec.encode(m.AgentStatus(job="1", node=node, ranks=summary, timeouts={}).to_wire()))
-            writer.write(codec.encode(m.SectionTimings(job="1", node=node, ranks=timings,
-                                                       iterations={str(r): 10 for r in ranks}).to_wire()))
-        await asyncio.gather(*(w.drain() for w in writers.values()))
-        deadline = started + tick
-        while time.time() < deadline:
-            order = await loop.run_in_executor(None, _poll, control, max(0.0, deadline - time.time()))
-            if order == "stop":
-                return
-            if order is not None:
-                node, rank = order
-                frame = m.RankEvent(job="1", node=node, event=m.RankEventKind.EXITED, rank=rank, pid=1000 + rank,
-                                    signal=9, source="spank", sections=("step",))  # fmt: skip
-                writers[node].write(codec.encode(frame.to_wire()))
-                await writers[node].drain()
+            writer.write(codec.encode(m.AgentStatus(job="1", node=node, ranks=summary, timeouts={}, timings=timings,
+                                                    iterations={str(r): 10 for r in ranks}).to_wire()))
+            await writer.drain()
+            await asyncio.sleep(status_s)
+
+    reporters = [asyncio.ensure_future(report(n, w)) for n, w in writers.items()]
+    loop = asyncio.get_running_loop()
+    while True:
+        order = await loop.run_in_executor(None, _poll, control, 0.2)
+        if order == "stop":
+            for task in reporters:
+                task.cancel()
+            return
+        if order is not None:
+            node, rank = order
+            frame = m.RankEvent(job="1", node=node, event=m.RankEventKind.EXITED, rank=rank, pid=1000 + rank,
+                                signal=9, source="spank", sections=("step",))  # fmt: skip
+            writers[node].write(codec.encode(frame.to_wire()))
+            await writers[node].drain()
 
 
 def _poll(control, timeout: float):
@@ -123,8 +131,8 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
     from nvrx_hpc.launcher.hub import AgentHub
     from nvrx_hpc.launcher.monitor import StepWatch
     from nvrx_hpc.launcher.policy import Attempt, Outcome, RestartPolicy
-    from nvrx_hpc.launcher.settings import RunSettings
-    from nvrx_hpc.launcher.status import launcher_status, write_status
+    from nvrx_hpc.launcher.settings import RunSettings, agent_status_s
+    from nvrx_hpc.launcher.status import StatusWriter
     from nvrx_hpc.launcher.straggler_watch import StragglerWatch
 
     nodes = [f"n{i:05d}" for i in range(ranks // RANKS_PER_NODE)]
@@ -149,15 +157,17 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
     original = hub.on_timings
 
     def count(node, msg):
-        counted["n"] += 2  # its ag.status came just before it
+        counted["n"] += 1
         original(node, msg)
 
     hub.on_timings = count
 
-    async def status_loop():
+    writer = StatusWriter(work)
+
+    async def status_loop():  # as the launcher's: status.json as often as the agents report
         while True:
-            write_status(work, {**launcher_status(hub.agents, final=False), "stragglers": stragglers.status()})
-            await asyncio.sleep(1.0)
+            writer.write(hub.agents, {"stragglers": stragglers.status()}, final=False)
+            await asyncio.sleep(agent_status_s(len(nodes)))
 
     ctx = mp.get_context("spawn")
     chunks = [nodes[i::AGENT_PROCESSES] for i in range(AGENT_PROCESSES)]
@@ -166,8 +176,8 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
     procs = []
     for chunk, control in zip(chunks, controls, strict=True):
         # ranks are numbered by node order inside each process's share
-        procs.append(ctx.Process(target=_agents_main, args=(chunk, first[0], port, token, control, ready),
-                                 daemon=True))  # fmt: skip
+        procs.append(ctx.Process(target=_agents_main, daemon=True,
+                                 args=(chunk, first[0], port, token, agent_status_s(len(nodes)), control, ready)))
         first[0] += len(chunk) * RANKS_PER_NODE
     for p in procs:
         p.start()
@@ -229,7 +239,7 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
     cpu_pct = 100 * (cpu1 - cpu0) / (wall1 - wall0)
     return {
         "ranks": ranks, "nodes": len(nodes), "msgs_per_s": round((n1 - n0) / (wall1 - wall0), 1),
-        "msgs_expected_per_s": 2 * len(nodes), "hub_cpu_pct": round(cpu_pct, 2),
+        "msgs_expected_per_s": round(len(nodes) / agent_status_s(len(nodes)), 1), "hub_cpu_pct": round(cpu_pct, 2),
         "hub_cpu_pct_per_1k_ranks": round(cpu_pct * 1000 / ranks, 3), "hub_rss_mib": round(rss / 2**20, 1),
         "hub_rss_mib_per_1k_ranks": round(rss / 2**20 * 1000 / ranks, 2),
         "decision_p50_ms": round(1e3 * _pct(decisions, 50), 2), "decision_p99_ms": round(1e3 * _pct(decisions, 99), 2),
@@ -252,6 +262,64 @@ class _NeverEnds:
             self._done.set_result(-9)
 
 
+# ---------------------------------------------------------------- attribution at scale
+
+
+def _timed_child(target, args: tuple) -> dict:
+    """Run `target(*args)` in a fresh process: its wall time and peak RSS are its own."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_child_main, args=(target, args, out))
+    proc.start()
+    result = out.get(timeout=1800)
+    proc.join(timeout=60)
+    return result
+
+
+def _child_main(target, args: tuple, out) -> None:
+    t = time.perf_counter()
+    detail = target(*args)
+    seconds = time.perf_counter() - t
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    out.put({"seconds": round(seconds, 2), "peak_rss_mib": round(peak, 1), **detail})
+
+
+def _fr_analysis(directory: str) -> dict:
+    from nvrx_hpc.attribution.fr_analysis import analyze_files
+
+    report = analyze_files(sorted(Path(directory).iterdir()))
+    return {"culprits": list(report.culprits)}
+
+
+def _log_attribution(run_dir: str) -> dict:
+    from nvrx_hpc.attribution.analyze import analyze_run
+
+    report = analyze_run(Path(run_dir))  # what the restart loop and the Epilog run; it writes nothing
+    return {"category": report.verdict.category.value}
+
+
+def attribution_at_scale(dumps: int, logs: int, lines: int, work: Path) -> dict:
+    """Flight-recorder analysis of `dumps` rank dumps (8-way TP groups, one rank stuck) and attribution of
+    a run directory holding `logs` rank logs of `lines` lines in all, each timed in its own process."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _gen.fr_synth import Layout, simulate, write_dumps
+    from _gen.synthetic_logs import write_log
+
+    stuck = dumps // 2 + 1
+    write_dumps(simulate(Layout(world=dumps, tp=8, steps=4, numel=4096), {stuck: 5}), work / "fr")
+    fr = {"dumps": dumps, "injected": stuck, **_timed_child(_fr_analysis, (str(work / "fr"),))}
+    run = work / "run" / "logs"
+    run.mkdir(parents=True)
+    per_log_mb = lines * 193 / 1e6 / logs  # the generator writes about 193 bytes a line
+    for rank in range(logs):
+        write_log(run / f"rank-{rank}.log", per_log_mb, seed=rank, label=True)
+    counted = sum(f.read_bytes().count(b"\n") for f in run.iterdir())
+    size = sum(f.stat().st_size for f in run.iterdir())
+    logs_figures = {"logs": logs, "lines": counted, "gb": round(size / 1e9, 2),
+                    **_timed_child(_log_attribution, (str(work / "run"),))}  # fmt: skip
+    return {"fr": fr, "logs": logs_figures}
+
+
 def _pct(values: list[float], q: int) -> float:
     if len(values) == 1:
         return values[0]
@@ -269,6 +337,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="512,2048,8192,16384", help="ranks per run, comma-separated")
     parser.add_argument("--steady-s", type=float, default=10.0, help="seconds of steady load measured per size")
     parser.add_argument("--failures", type=int, default=20, help="failure frames per size (p50/p99 over them)")
+    parser.add_argument("--attribution", action="store_true",
+                        help="also time attribution at scale: 4,096 flight-recorder dumps, 1,000 logs of 10^7 lines")
+    parser.add_argument("--dumps", type=int, default=4096, help="flight-recorder dumps for --attribution")
+    parser.add_argument("--log-lines", type=int, default=10**7, help="log lines in all for --attribution")
     parser.add_argument("--json", action="store_true", help="print one JSON row per size")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -292,6 +364,17 @@ def main() -> None:
     if args.json:
         for row in rows:
             print(json.dumps(row))
+    if args.attribution:
+        with tempfile.TemporaryDirectory(prefix="nvrx-scale-attr-") as tmp:
+            figures = attribution_at_scale(args.dumps, 1000, args.log_lines, Path(tmp))
+        if args.json:
+            print(json.dumps({"attribution": figures}))
+        else:
+            fr, logs = figures["fr"], figures["logs"]
+            print(f"flight recorder: {fr['dumps']} dumps in {fr['seconds']} s, peak {fr['peak_rss_mib']} MiB, "
+                  f"culprits {fr['culprits']} (stuck: {fr['injected']})")
+            print(f"logs: {logs['logs']} files, {logs['lines']} lines ({logs['gb']} GB) in {logs['seconds']} s, "
+                  f"peak {logs['peak_rss_mib']} MiB, verdict {logs['category']}")
 
 
 if __name__ == "__main__":

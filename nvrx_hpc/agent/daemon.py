@@ -71,7 +71,8 @@ class Agent:
         self._killing: set[int] = set()
         self._attached = asyncio.Event()
         self.timings: dict[int, dict[str, list[float]]] = {}  # rank -> section -> [count, total_s, min_s]
-        self.iterations: dict[int, int] = {}  # rank -> iterations set since the last timings report
+        self.iterations: dict[int, int] = {}  # rank -> iterations set since the last status
+        self.status_s = settings.status_s  # the launcher lengthens it for large jobs (la.step)
         self.metrics: Any = None  # HealthMetrics, when the agent serves Prometheus metrics
         site = settings.launcher_host is None
         self.server = RankSocketServer(
@@ -182,6 +183,8 @@ class Agent:
         self.timings.clear()
         self.iterations.clear()
         self.restart = msg.restart
+        if msg.status_s is not None and msg.status_s > 0:
+            self.status_s = msg.status_s
 
     async def _on_timeouts(self, msg: m.LauncherTimeouts) -> None:
         self.timeouts = Timeouts.from_dict(msg.timeouts)
@@ -343,14 +346,16 @@ class Agent:
             await asyncio.sleep(self.s.poll_s)
 
     async def _status_loop(self) -> None:
+        # srun starts every node's agent at once: without a random phase, thousands of reports would reach
+        # the launcher in the same instant every second, and a failure frame would queue behind them.
+        await asyncio.sleep(random.uniform(0.0, self.status_s))
         while not self._stop.is_set():
-            self._report(m.AgentStatus, ranks=self.registry.summary(), timeouts=self.timeouts.to_dict())
-            if self.timings:  # the sections closed since the last report, for the straggler scores
-                timings, self.timings = self.timings, {}
-                iterations, self.iterations = self.iterations, {}
-                self._report(m.SectionTimings, ranks={str(rank): t for rank, t in timings.items()},
-                             iterations={str(rank): n for rank, n in iterations.items()})
-            await asyncio.sleep(self.s.status_s)
+            timings, self.timings = self.timings, {}  # closed since the last status: for the straggler scores
+            iterations, self.iterations = self.iterations, {}
+            self._report(m.AgentStatus, ranks=self.registry.summary(), timeouts=self.timeouts.to_dict(),
+                         timings={str(rank): t for rank, t in timings.items()},
+                         iterations={str(rank): n for rank, n in iterations.items()})
+            await asyncio.sleep(self.status_s)
 
     # ------------------------------------------------------------------ stopping ranks
 

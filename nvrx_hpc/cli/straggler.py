@@ -56,7 +56,8 @@ def show(job: str = typer.Argument(..., help="Job id."), run_dir: Path | None = 
     state = read_status(directory)
     if state is None:
         raise NvrxError(f"no status in {directory}", hint="is the job running under `nvrx-hpc run`? see --run-dir")
-    view = state.get("stragglers") or {}
+    view = dict(state.get("stragglers") or {})
+    view["scores"] = _scores(directory / str(view.get("scores_file") or "stragglers.json"))
     if as_json:
         print_json(view)
         return
@@ -65,6 +66,17 @@ def show(job: str = typer.Argument(..., help="Job id."), run_dir: Path | None = 
     scores = view.get("scores") or {}
     rows = [{"rank": r, **v} for r, v in sorted(scores.items(), key=lambda kv: (not kv[1]["flagged"], int(kv[0])))]
     print_table(rows, ["rank", "node", "flagged", "kind", "score", "self_score", "comm_score", "below"], False)
+
+
+def _scores(path: Path) -> dict:
+    """Every rank's last scores, as the launcher wrote them after its last window ({} before the first)."""
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data.get("scores") or {} if isinstance(data, dict) else {}
 
 
 def register(root: typer.Typer) -> None:

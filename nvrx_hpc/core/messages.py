@@ -5,7 +5,7 @@ Who talks to whom (docs/wire-protocol.md has the frames that carry these):
 - worker -> agent, ``w.*``: a rank's hello, heartbeats, sections, iterations, restored timeouts, bye;
 - agent -> worker, ``a.*``: timeouts, a request to checkpoint and stop, a request to dump stacks;
 - launcher -> agent, ``la.*``: the challenge, a new step, timeouts, stop, dump, shutdown, straggler scores;
-- agent -> launcher, ``ag.*``: hello, rank events, calibration, status, section timings, health, bye.
+- agent -> launcher, ``ag.*``: hello, rank events, calibration, status (with section timings), health, bye.
 
 `to_wire()` gives the map a Codec encodes; `parse()` turns a decoded map back into its record or raises
 a ProtocolError that names the kind and the field. Keys a record does not know are ignored, so an
@@ -53,7 +53,6 @@ __all__ = [
     "HealthFailed",
     "HealthUnavailable",
     "AgentBye",
-    "SectionTimings",
     "StragglerFlags",
     "AgentLost",
     "RECORDS",
@@ -91,7 +90,6 @@ class Kind(str, enum.Enum):
     AG_HEALTH = "ag.health"
     AG_HEALTH_UNAVAILABLE = "ag.health_unavailable"
     AG_BYE = "ag.bye"
-    AG_TIMINGS = "ag.timings"
     HUB_AGENT_LOST = "hub.agent_lost"  # made by the launcher's hub when a link drops; never on the wire
 
     def __str__(self) -> str:
@@ -230,8 +228,11 @@ class Challenge(_Enveloped):
 
 @_record
 class StepStart(_Enveloped):
+    """A new training step; `status_s`: how often to send `ag.status` (longer in large jobs)."""
+
     KIND = Kind.LA_STEP
     restart: int = 0
+    status_s: float | None = None
 
 
 @_record
@@ -310,9 +311,14 @@ class Calibration(_FromAgent):
 
 @_record
 class AgentStatus(_FromAgent):
+    """Every `status_s`: the node's ranks, its timeouts, and for the straggler scores the section durations
+    closed since the last status (rank -> section -> [count, total_s, min_s]) and the iterations set."""
+
     KIND = Kind.AG_STATUS
     ranks: dict
     timeouts: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    iterations: dict = field(default_factory=dict)
 
 
 @_record
@@ -342,16 +348,6 @@ class AgentBye(_FromAgent):
 
 
 @_record
-class SectionTimings(_FromAgent):
-    """Section durations closed since the last report: rank -> section -> [count, total_s, min_s], and
-    rank -> iterations set since then."""
-
-    KIND = Kind.AG_TIMINGS
-    ranks: dict
-    iterations: dict = field(default_factory=dict)
-
-
-@_record
 class AgentLost(_FromAgent):
     """Made by the hub, not received: the agent's link dropped, or it stayed silent `silent_s` seconds."""
 
@@ -368,7 +364,7 @@ RECORDS: dict[Kind, type[Frame]] = {
         AgentTimeouts, AgentStop, AgentDump,
         Challenge, StepStart, LauncherTimeouts, LauncherStop, RequestStop, LauncherDump, Shutdown, StragglerFlags,
         AgentHello, RankEvent, Calibration, AgentStatus, AgentStopped, HealthFailed, HealthUnavailable, AgentBye,
-        SectionTimings,
+
     )
 }  # fmt: skip
 _ON_WIRE = {kind.value: cls for kind, cls in RECORDS.items()}

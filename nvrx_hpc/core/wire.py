@@ -180,13 +180,15 @@ def _unpack(payload: bytes, max_frame: int) -> dict[str, Any]:
 
 _LEAVES = frozenset({type(None), bool, int, float, str, bytes})
 _CONTAINERS = frozenset({dict, list})
+_STR = {str}
 
 
 def _check_tree(obj: Any) -> None:
     """Only plain msgpack types, string map keys, and at most MAX_DEPTH levels (iterative: no recursion).
 
     Exact type checks: msgpack builds plain dicts, lists, str, int, ...; anything else (a Timestamp, which
-    ext -1 decodes to without calling ext_hook) is refused. Runs on every frame: kept to one pass."""
+    ext -1 decodes to without calling ext_hook) is refused. Runs on every frame, so each container's
+    element types are collected in C (set(map(type, ...))) and only containers are walked into."""
     stack = [(obj, 1)]
     pop, push = stack.pop, stack.append
     while stack:
@@ -194,18 +196,22 @@ def _check_tree(obj: Any) -> None:
         if depth > MAX_DEPTH:
             raise ProtocolError(f"payload nested deeper than {MAX_DEPTH} levels")
         if type(item) is dict:
-            for key in item:
-                if type(key) is not str:
-                    raise ProtocolError(f"payload map key of type {type(key).__name__} (only strings)")
+            keys = set(map(type, item))
+            if keys and keys != _STR:
+                bad = next(k for k in keys if k is not str)
+                raise ProtocolError(f"payload map key of type {bad.__name__} (only strings)")
             values = item.values()
         else:
             values = item
+        kinds = set(map(type, values))
+        if kinds <= _LEAVES:
+            continue
+        bad_kinds = kinds - _LEAVES - _CONTAINERS
+        if bad_kinds:
+            raise ProtocolError(f"payload not accepted: {next(iter(bad_kinds)).__name__} values are not allowed")
         for value in values:
-            kind = type(value)
-            if kind in _CONTAINERS:
+            if type(value) in _CONTAINERS:
                 push((value, depth + 1))
-            elif kind not in _LEAVES:
-                raise ProtocolError(f"payload not accepted: {kind.__name__} values are not allowed")
 
 
 def _check_message(msg: Any) -> None:

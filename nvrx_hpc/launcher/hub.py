@@ -69,13 +69,14 @@ class AgentHub:
         self.agents: dict[str, AgentLink] = {}
         self.events: asyncio.Queue[HubEvent] = asyncio.Queue()
         self.rejected = 0
-        self.on_timings: Any = None  # called with (node, SectionTimings): the straggler watch
+        self.on_timings: Any = None  # called with (node, AgentStatus) when it carries timings: the straggler watch
         self._connections = 0
         self._server: asyncio.AbstractServer | None = None
         self._closing = False
 
     async def start(self) -> int:
-        self._server = await asyncio.start_server(self._serve, self.host, 0, limit=1 << 20)
+        # backlog: every node's agent connects within a second of the step's start (capped by somaxconn)
+        self._server = await asyncio.start_server(self._serve, self.host, 0, limit=1 << 20, backlog=4096)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
@@ -216,12 +217,10 @@ class AgentHub:
             log.warning("agent of %s sent a %s frame for %s; ignored", link.node, msg.KIND, getattr(msg, "node", "?"))
             return
         link.last_seen = time.time()
-        if isinstance(msg, m.AgentStatus):
+        if isinstance(msg, m.AgentStatus):  # every status_s from every agent: not for the step watch
             link.ranks = dict(msg.ranks)
             link.timeouts = dict(msg.timeouts)
-            return
-        if isinstance(msg, m.SectionTimings):  # every second from every agent: not for the step watch
-            if self.on_timings is not None:
+            if msg.timings and self.on_timings is not None:
                 self.on_timings(link.node, msg)
             return
         await self.events.put(HubEvent(link.node, msg, time.time()))

@@ -26,9 +26,9 @@ from nvrx_hpc.launcher.monitor import SYSTEM_CLOCK, Clock, StepWatch
 from nvrx_hpc.launcher.policy import Action, Attempt, NodeJudgement, Outcome, RestartPolicy, judge_node
 from nvrx_hpc.launcher.pool import NodePool
 from nvrx_hpc.launcher.rundir import JobIdentity, claim_run_dir, read_state, write_state
-from nvrx_hpc.launcher.settings import RunSettings
+from nvrx_hpc.launcher.settings import RunSettings, agent_status_s
 from nvrx_hpc.launcher.site_attach import attach_site_agents
-from nvrx_hpc.launcher.status import launcher_status, write_status
+from nvrx_hpc.launcher.status import StatusWriter
 from nvrx_hpc.launcher.steps import (
     SrunStep,
     StepSpec,
@@ -60,6 +60,7 @@ class Launcher:
         self.backend = backend
         self.runner = runner
         self.run_dir = settings.run_dir
+        self._status = StatusWriter(self.run_dir)
         self.events = EventLog(self.run_dir / "events.jsonl", source="launcher")
         self.history: list[Attempt] = []
         self.pool: NodePool | None = None
@@ -385,7 +386,7 @@ class Launcher:
         hub = self.hub
         self._drain_queue()
         self.stragglers.new_step()
-        hub.broadcast(m.StepStart, nodes=nodes, restart=restart)
+        hub.broadcast(m.StepStart, nodes=nodes, restart=restart, status_s=agent_status_s(len(nodes)))
         hub.broadcast(m.LauncherTimeouts, nodes=nodes, timeouts=self._timeouts())
         step_env = {
             "MASTER_ADDR": self._address_of(nodes[0]),
@@ -456,22 +457,22 @@ class Launcher:
         self.hub.broadcast(m.RequestStop, reason="time limit")
 
     def _publish_status(self, final: bool = False) -> None:
-        status = launcher_status(self.hub.agents if self.hub else {}, final=final)
-        status.update({
+        own = {
             "job": self.ctx.job_id, "run_dir": str(self.run_dir), "attempt": len(self.history),
             "restarts": self._restarts_total(), "pool": self.pool.to_dict() if self.pool else {},
             "history": [a.__dict__ for a in self.history], "outcome": self._outcome,
             "stragglers": self.stragglers.status() if self.stragglers else {},
-        })  # fmt: skip
+        }  # fmt: skip
         try:
-            write_status(self.run_dir, status)
+            self._status.write(self.hub.agents if self.hub else {}, own, final=final)
         except OSError as exc:
             log.warning("cannot write status: %s", exc)
 
     async def _status_loop(self) -> None:
         while True:
             self._publish_status()
-            await asyncio.sleep(1.0)
+            # As often as the agents report: every second, every 4 s at 2,048 nodes (docs/scale.md).
+            await asyncio.sleep(agent_status_s(len(self.pool.active) if self.pool else 0))
 
 
 def _free_port() -> int:

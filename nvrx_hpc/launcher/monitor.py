@@ -17,7 +17,7 @@ from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.messages import RankEventKind
 from nvrx_hpc.launcher.culprit import Finding, finding_from_event
 from nvrx_hpc.launcher.hub import AgentHub, HubEvent
-from nvrx_hpc.launcher.settings import RunSettings
+from nvrx_hpc.launcher.settings import RunSettings, agent_status_s
 from nvrx_hpc.launcher.steps import SrunStep
 
 __all__ = ["StepWatch", "Clock", "SYSTEM_CLOCK", "SETTLE_S"]
@@ -108,11 +108,13 @@ class StepWatch:
 
     def _silent_agent(self, nodes: list[str], silenced: set[str]) -> HubEvent | None:
         """An agent whose link is up but says nothing (a node that lost power sends no reset; a stopped
-        agent): lost, once it has been silent for `agent_silent_s` (it reports every second)."""
+        agent): lost, once it has been silent for `agent_silent_s` (it reports every second; in large jobs
+        less often, and then it may stay silent for four of its intervals)."""
         now = self.clock.time()
+        silent_s = max(self.s.agent_silent_s, 4 * agent_status_s(len(nodes)))
         for node in nodes:
             link = self.hub.agents.get(node)
-            if link is not None and node not in silenced and now - link.last_seen > self.s.agent_silent_s:
+            if link is not None and node not in silenced and now - link.last_seen > silent_s:
                 silenced.add(node)
                 return HubEvent(node, m.AgentLost(node=node, silent_s=round(now - link.last_seen, 1), time=now), now)
         return None

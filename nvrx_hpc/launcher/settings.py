@@ -14,11 +14,20 @@ from nvrx_hpc.core.config import NvrxConfig, ResolvedConfig
 from nvrx_hpc.core.errors import ConfigError
 from nvrx_hpc.straggler.detector import StragglerSettings
 
-__all__ = ["RunSettings", "COMM_SECTIONS"]
+__all__ = ["RunSettings", "COMM_SECTIONS", "agent_status_s"]
 
 # Ranks inside these sections are waiting on peers; a hang is blamed on a rank outside them first.
 COMM_SECTIONS = frozenset({"allreduce", "all_reduce", "barrier", "collective", "comm", "communication", "broadcast"})
 _L, _A = NvrxConfig().launcher, NvrxConfig().agent  # the defaults of the keys below, from the one table
+
+
+AGENTS_PER_SECOND = 512  # status reports the launcher takes per second at most (docs/scale.md)
+
+
+def agent_status_s(nodes: int) -> float:
+    """How often each agent sends its status: every second up to 512 nodes, then less often, so that the
+    launcher takes at most ~512 reports a second (at 2,048 nodes: every 4 s)."""
+    return max(1.0, nodes / AGENTS_PER_SECOND)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The launcher's straggler watch: feeds the agents' section timings to the detector, scores one window
-every `window_s`, and publishes the result (events.jsonl, status.json, the agents' metrics).
+every `window_s`, and publishes the result (events.jsonl, status.json's flagged ranks, every rank's scores
+in `stragglers.json`, the agents' metrics).
 
 The settings a user changes while the job runs (`nvrx-hpc straggler set`, `<run dir>/straggler.json`)
 are read before each window is scored, so they apply from that window on.
@@ -8,7 +9,9 @@ are read before each window is scored, so they apply from that window on.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +21,11 @@ from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.straggler.control import apply_control, read_control
 from nvrx_hpc.straggler.detector import RankScore, StragglerDetector, StragglerSettings
 
-__all__ = ["StragglerWatch"]
+__all__ = ["StragglerWatch", "SCORES_FILE"]
 
 log = logging.getLogger(__name__)
+
+SCORES_FILE = "stragglers.json"  # in the run directory: every rank's last scores
 
 
 class StragglerWatch:
@@ -39,10 +44,10 @@ class StragglerWatch:
     def settings(self) -> StragglerSettings:
         return self.detector.settings
 
-    def on_timings(self, node: str, msg: m.SectionTimings) -> None:
-        """The hub's sink for `ag.timings`."""
+    def on_timings(self, node: str, msg: m.AgentStatus) -> None:
+        """The hub's sink for the section timings an `ag.status` carries."""
         if self.settings.enabled:
-            self.detector.add(node, msg.ranks, msg.iterations)
+            self.detector.add(node, msg.timings, msg.iterations)
 
     def new_step(self) -> None:
         """A restarted step renumbers ranks and warms up again: scores start over."""
@@ -52,24 +57,43 @@ class StragglerWatch:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.settings.window_s)
-            self.tick()
+            await self.tick_async()
 
     def tick(self) -> list[RankScore]:
         """Apply the control file, then score the window that ends now."""
         self._reload_control()
-        scores = self.detector.close_window() if self.settings.enabled else []
-        if not self.settings.enabled:
-            self.detector.window.clear()
+        scores = self.detector.close_window() if self._scoring() else []
         self._publish(scores)
+        for node, ranks in self._per_node(scores).items():
+            self.hub.send(node, m.StragglerFlags, ranks=ranks)
+        self._write_scores(scores)
+        return scores
+
+    async def tick_async(self) -> list[RankScore]:
+        """`tick()` a part of the ranks at a time, the event loop running between parts: at 16k ranks a
+        failure frame arriving meanwhile must not wait ~0.2 s. Timings keep arriving into the next window."""
+        self._reload_control()
+        scores: list[RankScore] = []
+        if self._scoring():
+            for part in self.detector.close_window_in_parts():
+                scores += part
+                await asyncio.sleep(0)
+        self._publish(scores)
+        for i, (node, ranks) in enumerate(self._per_node(scores).items()):
+            self.hub.send(node, m.StragglerFlags, ranks=ranks)
+            if i % 256 == 255:
+                await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        self._write_scores(scores)
         return scores
 
     def status(self) -> dict[str, Any]:
+        """For status.json: the settings and the flagged ranks (every rank's scores: SCORES_FILE)."""
         s = self.settings
         return {
             "enabled": s.enabled, "threshold": s.threshold, "window_s": s.window_s, "windows": s.windows,
             "exclude_at_restart": s.exclude_at_restart, "windows_scored": self.detector.windows_closed,
-            "flagged": {str(r): f.to_dict() for r, f in sorted(self.flags.items())},
-            "scores": {str(x.rank): x.to_dict() for x in self.scores},
+            "flagged": {str(r): f.to_dict() for r, f in sorted(self.flags.items())}, "scores_file": SCORES_FILE,
         }  # fmt: skip
 
     def nodes_to_exclude(self) -> list[str]:
@@ -79,6 +103,11 @@ class StragglerWatch:
         return sorted({f.node for f in self.flags.values() if f.node})
 
     # ------------------------------------------------------------------ internals
+
+    def _scoring(self) -> bool:
+        if not self.settings.enabled:
+            self.detector.window.clear()
+        return self.settings.enabled
 
     def _publish(self, scores: list[RankScore]) -> None:
         flagged = {x.rank: x for x in scores if x.flagged}
@@ -92,13 +121,27 @@ class StragglerWatch:
                 self.events.emit("launcher.straggler.cleared", node=x.node, rank=rank,
                                  window=self.detector.windows_closed)
         self.flags, self.scores = flagged, scores
+
+    @staticmethod
+    def _per_node(scores: list[RankScore]) -> dict[str, dict[str, dict]]:
+        """What each agent is sent for its metrics: its own ranks' scores only."""
         by_node: dict[str, dict[str, dict]] = {}
-        for x in scores:  # each agent gets its own ranks' scores only
+        for x in scores:
             if x.node:
                 by_node.setdefault(x.node, {})[str(x.rank)] = {"score": round(x.score, 3), "flagged": x.flagged,
                                                                "kind": x.kind}  # fmt: skip
-        for node, ranks in by_node.items():
-            self.hub.send(node, m.StragglerFlags, ranks=ranks)
+        return by_node
+
+    def _write_scores(self, scores: list[RankScore]) -> None:
+        """Every rank's last scores, once a window (`nvrx-hpc straggler show`), atomically."""
+        body = ",".join(f'"{x.rank}":' + json.dumps(x.to_dict(), separators=(",", ":")) for x in scores)
+        path = self.run_dir / SCORES_FILE
+        tmp = path.with_name(f".{SCORES_FILE}.tmp")
+        try:
+            tmp.write_text(f'{{"window":{self.detector.windows_closed},"scores":{{{body}}}}}')
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", path, exc)
 
     def _reload_control(self) -> None:
         try:

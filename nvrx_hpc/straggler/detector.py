@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from nvrx_hpc.core.config_model import StragglerConfig
@@ -79,7 +79,7 @@ class StragglerDetector:
     settings: StragglerSettings
     window: dict[int, dict[str, _Acc]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(_Acc)))
     nodes: dict[int, str] = field(default_factory=dict)
-    best: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))  # rank -> section -> mean
+    best: dict[int, float] = field(default_factory=dict)  # rank -> its shortest compute time per step
     history: dict[int, deque[tuple[float, float]]] = field(default_factory=dict)  # rank -> last (score, comm)
     iterations: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # this window's, per rank
     windows_closed: int = 0
@@ -97,57 +97,82 @@ class StragglerDetector:
             except (TypeError, ValueError):
                 continue
             self.nodes[rank] = node
+            if not isinstance(sections, Mapping):
+                continue
+            window = self.window[rank]
             for name, stats in sections.items():
-                if name in self.settings.ignore_sections:
+                if name in self.settings.ignore_sections or not isinstance(stats, (list, tuple)) or len(stats) < 2:
                     continue
-                try:
-                    count, total = int(list(stats)[0]), float(list(stats)[1])
-                except (TypeError, ValueError, IndexError):
-                    continue
-                if count > 0 and total >= 0:
-                    acc = self.window[rank][name]
+                count, total = stats[0], stats[1]
+                if type(count) is int and isinstance(total, (int, float)) and count > 0 and total >= 0:
+                    acc = window[name]
                     acc.count += count
                     acc.total += total
 
     def close_window(self) -> list[RankScore]:
         """Score the window that ends now and start the next; [] when fewer than two ranks reported."""
+        return [score for part in self.close_window_in_parts() for score in part]
+
+    def close_window_in_parts(self, part: int = 1024) -> Iterator[list[RankScore]]:
+        """`close_window`, a part of the ranks at a time: the launcher's event loop runs between parts
+        (16k ranks are ~0.2 s of Python, which a failure frame arriving meanwhile must not wait for)."""
         window, self.window = self.window, defaultdict(lambda: defaultdict(_Acc))
         iterations, self.iterations = self.iterations, defaultdict(int)
         if len(window) < _MIN_RANKS:
-            return []
+            return
         self.windows_closed += 1
         comm = self.settings.comm_sections
+        ranks = sorted(window)
+        compute: dict[int, float] = {}  # seconds per step in compute sections
+        talk: dict[int, float] = {}  # ... and in communication sections
+        for i, rank in enumerate(ranks):
+            c = k = 0.0
+            for name, acc in window[rank].items():
+                if name in comm:
+                    k += acc.total / acc.count
+                else:
+                    c += acc.total / acc.count
+            compute[rank], talk[rank] = c, k
+            if i % part == part - 1:
+                yield []
         medians = _median_means(window)
-        own_comm = _own_comm_costs(window, comm)
+        slowest = max(compute.values())
+        # In a synchronous step everyone waits for the slowest rank's compute: what is left of a rank's
+        # step after it is its own communication cost (a fast rank's long all-reduce is waiting).
+        own_comm = {r: max(0.0, talk[r] + compute[r] - slowest) for r in ranks}
         typical_comm = statistics.median(own_comm.values())
-        per_step = {r: _per_step(s, lambda n: n not in comm) for r, s in window.items()}
-        typical_compute = statistics.median(per_step.values())
+        typical_compute = statistics.median(compute.values())
         steps = statistics.median(iterations.values()) if iterations else 0
         # The step period: from the iterations when the ranks report them, else the timed sections' sum.
         period = self.settings.window_s / steps if steps else typical_compute + typical_comm
         material = _MATERIAL * period
-        scores = []
-        for rank, sections in sorted(window.items()):
-            compute = {n: a for n, a in sections.items() if n not in comm}
-            score = _ratio(compute, medians) if per_step[rank] - typical_compute >= material else 1.0
-            extra_comm = own_comm[rank] - typical_comm
-            comm_score = min(1.0, typical_comm / own_comm[rank]) if extra_comm >= material else 1.0
-            self_score = _ratio(compute, self.best[rank])
-            for name, acc in compute.items():
-                mean = acc.total / acc.count
-                self.best[rank][name] = min(self.best[rank].get(name, mean), mean)
-            past = self.history.setdefault(rank, deque(maxlen=self.settings.windows))
-            if past.maxlen != self.settings.windows:  # the window count was changed while running
-                past = self.history[rank] = deque(past, maxlen=self.settings.windows)
-            past.append((score, comm_score))
-            # Judged with the settings in force now: a threshold changed while running applies to the
-            # windows already seen, so it takes effect at once.
-            kinds = [self._kind(*scored) for scored in past]
-            below = sum(1 for k in kinds if k)
-            flagged = self.settings.enabled and below >= self.settings.needed
-            kind = kinds[-1] or (next(k for k in reversed(kinds) if k) if flagged else "")
-            scores.append(RankScore(rank, self.nodes.get(rank), score, self_score, comm_score, kind, flagged, below))
-        return scores
+        for start in range(0, len(ranks), part):
+            yield [self._score(r, window[r], medians, compute[r], own_comm[r], typical_compute, typical_comm,
+                               material) for r in ranks[start : start + part]]  # fmt: skip
+
+    def _score(self, rank: int, sections: Mapping[str, _Acc], medians: Mapping[str, float], compute: float,
+               own_comm: float, typical_compute: float, typical_comm: float, material: float) -> RankScore:
+        comm = self.settings.comm_sections
+        if compute - typical_compute >= material:
+            score = _ratio({n: a for n, a in sections.items() if n not in comm}, medians)
+        else:
+            score = 1.0
+        comm_score = min(1.0, typical_comm / own_comm) if own_comm - typical_comm >= material else 1.0
+        best = self.best.get(rank)
+        self_score = min(1.0, best / compute) if best and compute > 0 else 1.0
+        if compute > 0 and (best is None or compute < best):
+            self.best[rank] = compute
+        past = self.history.get(rank)
+        if past is None or past.maxlen != self.settings.windows:  # new, or the window count changed
+            past = self.history[rank] = deque(past or (), maxlen=self.settings.windows)
+        past.append((score, comm_score))
+        # Judged with the settings in force now: a threshold changed while running applies to the windows
+        # already seen, so it takes effect at once.
+        kinds = [self._kind(*scored) for scored in past]
+        below = len(kinds) - kinds.count("")
+        flagged = self.settings.enabled and below >= self.settings.needed
+        kind = kinds[-1] or (next(k for k in reversed(kinds) if k) if flagged else "")
+        return RankScore(rank, self.nodes.get(rank), score, self_score, comm_score, kind, flagged, below)
 
     def _kind(self, score: float, comm_score: float) -> str:
         threshold = self.settings.threshold
@@ -160,20 +185,6 @@ def _median_means(window: Mapping[int, Mapping[str, _Acc]]) -> dict[str, float]:
         for name, acc in sections.items():
             per_section[name].append(acc.total / acc.count)
     return {name: statistics.median(means) for name, means in per_section.items() if len(means) >= _MIN_RANKS}
-
-
-def _per_step(sections: Mapping[str, _Acc], keep) -> float:
-    """Seconds per step in the kept sections (each section is entered once a step)."""
-    return sum(a.total / a.count for n, a in sections.items() if keep(n))
-
-
-def _own_comm_costs(window: Mapping[int, Mapping[str, _Acc]], comm: frozenset[str]) -> dict[int, float]:
-    """Each rank's time in communication that waiting for the slowest rank's compute does not explain:
-    in a synchronous step everyone waits for the last rank to arrive, so a fast rank's long all-reduce is
-    waiting, not a slow link. What is left over (its step period minus the slowest compute) is its own."""
-    compute = {r: _per_step(s, lambda n: n not in comm) for r, s in window.items()}
-    slowest = max(compute.values())
-    return {r: max(0.0, _per_step(s, lambda n: n in comm) + compute[r] - slowest) for r, s in window.items()}
 
 
 def _ratio(sections: Mapping[str, _Acc], reference: Mapping[str, float]) -> float:

@@ -154,7 +154,7 @@ def test_hostile_input_is_rejected_and_both_keep_working(tmp_path, side):
     asyncio.run(scenario())
 
 
-def test_closed_sections_reach_the_launcher_as_timings_with_the_iterations(tmp_path):
+def test_closed_sections_reach_the_launcher_in_the_status_with_the_iterations(tmp_path):
     """What the straggler watch is fed: per rank and section, how many closed and how long they took."""
 
     async def scenario():
@@ -180,6 +180,6 @@ def test_closed_sections_reach_the_launcher_as_timings_with_the_iterations(tmp_p
 
     got = asyncio.run(scenario())
     node, msg = got[0]
-    count, total, shortest = msg.ranks["4"]["step"]
+    count, total, shortest = msg.timings["4"]["step"]
     assert node == "n1" and count == 3 and abs(total - 0.6) < 1e-6 and abs(shortest - 0.2) < 1e-6
     assert msg.iterations == {"4": 3}

@@ -27,7 +27,7 @@ SAMPLES = [
     m.AgentStop(reason="time limit"),
     m.AgentDump(reason=None),
     m.Challenge(job="7", nonce="ab" * 16),
-    m.StepStart(job="7", restart=2),
+    m.StepStart(job="7", restart=2, status_s=4.0),
     m.LauncherTimeouts(job="7", timeouts={"initial": 30}),
     m.LauncherStop(job="7", grace_s=2, reason="step failed"),
     m.RequestStop(job="7", reason="time limit"),
@@ -42,7 +42,7 @@ SAMPLES = [
     m.HealthFailed(job="7", node="n1", check="gpu", verdict="fatal", detail="Xid 79"),
     m.HealthUnavailable(job="7", node="n1", reason="no NVML"),
     m.AgentBye(job="7", node="n1"),
-    m.SectionTimings(job="7", node="n1", ranks={"5": {"step": [10, 0.52, 0.05]}}),
+    m.AgentStatus(job="7", node="n1", ranks={}, timings={"5": {"step": [10, 0.52, 0.05]}}, iterations={"5": 10}),
     m.StragglerFlags(job="7", ranks={"5": {"score": 0.7, "flagged": True, "kind": "compute"}}),
 ]
 

@@ -115,9 +115,9 @@ class _Hub:
         self.sent.append((record.KIND, fields, node))
 
 
-class _Timings:
-    def __init__(self, ranks: dict) -> None:
-        self.ranks = ranks
+class _Status:  # an ag.status as the straggler watch reads it
+    def __init__(self, timings: dict) -> None:
+        self.timings = timings
         self.iterations: dict = {}
 
 
@@ -129,7 +129,7 @@ def _watch(tmp_path, **settings) -> tuple[StragglerWatch, _Events, _Hub]:
 
 def _tick(watch: StragglerWatch, **window) -> list:
     for rank, sections in _window(4, **window).items():
-        watch.on_timings(f"n{int(rank) // 2 + 1}", _Timings({rank: sections}))
+        watch.on_timings(f"n{int(rank) // 2 + 1}", _Status({rank: sections}))
     return watch.tick()
 
 
@@ -212,3 +212,17 @@ def test_the_launchers_scores_reach_the_agents_prometheus_metrics(tmp_path):
     assert sample("nvrx_straggler_score", {"node": "n2", "rank": "3"}) == 0.77
     assert sample("nvrx_straggler_flagged", {"node": "n2", "rank": "3"}) == 1.0
     assert sample("nvrx_straggler_flagged", {"node": "n2", "rank": "2"}) == 0.0
+
+
+def test_scoring_in_parts_gives_what_scoring_at_once_gives():
+    whole, in_parts = StragglerDetector(SETTINGS), StragglerDetector(SETTINGS)
+    rng = random.Random(3)
+    for _ in range(3):
+        window = _window(40, slow={7: 1.4}, noise=0.05, rng=rng)
+        at_once = _feed(whole, window)
+        for rank, sections in window.items():
+            in_parts.add(f"n{int(rank) // 2 + 1}", {rank: sections})
+        parts = list(in_parts.close_window_in_parts(part=16))
+        assert len(parts) > 3  # the launcher's event loop runs between these
+        assert [score for part in parts for score in part] == at_once
+    assert [s.rank for s in at_once if s.flagged] == [7]
