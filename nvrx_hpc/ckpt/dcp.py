@@ -35,11 +35,12 @@ from typing import Any
 
 import numpy as np
 import torch.distributed as dist
-from torch.futures import Future
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader, FileSystemWriter
+from torch.futures import Future
 
+from nvrx_hpc.ckpt.api import Scheme
 from nvrx_hpc.ckpt.drain import copy_file
-from nvrx_hpc.ckpt.fsutil import commit_file, fsync_dir, remove_quietly, remove_tree, tmp_path, write_atomic
+from nvrx_hpc.ckpt.fsutil import fsync_dir, remove_quietly, remove_tree, write_atomic
 from nvrx_hpc.ckpt.layout import Layout
 from nvrx_hpc.ckpt.settings import default_failure_domain
 from nvrx_hpc.core.errors import CheckpointError
@@ -83,53 +84,39 @@ def committed_versions(root: Path) -> list[tuple[int, str]]:
     return sorted(out)
 
 
-def _point_latest(root: Path, version: str) -> None:
-    """Replace the `latest` symlink atomically (tmp link, rename, directory fsync)."""
-    tmp = root / f".latest.tmp-{os.getpid()}"
-    remove_quietly(tmp)
-    os.symlink(version, tmp)
-    os.replace(tmp, root / LATEST)
-    fsync_dir(root)
+def _commit(root: Path, version: str, seq: int, keep: int, metadata: bytes | None = None, sweep: bool = True) -> None:
+    """Make `.tmp-<version>` the committed `<version>`, point `latest` at it, keep `keep` versions (0: all).
 
-
-def _commit(root: Path, version: str, seq: int, keep: int, metadata: bytes | None = None) -> None:
-    """Make `.tmp-<version>` the committed `<version>` and point `latest` at it; prune to `keep` versions."""
+    No rank of this domain writes a staging directory now (the others wait in DCP's collectives, or for this
+    leader's next set-up), so `sweep` removes leftovers of failed or killed saves.
+    """
     stage = root / (STAGE + version)
     if metadata is not None:
         write_atomic(stage / METADATA, metadata)
     write_atomic(stage / COMMIT, json.dumps({"version": version, "seq": seq, "time": time.time()}).encode())
     fsync_dir(stage)
     os.rename(stage, root / version)
+    link = root / f".latest.tmp-{os.getpid()}"  # `latest` moves by an atomic rename of a new symlink
+    remove_quietly(link)
+    os.symlink(version, link)
+    os.replace(link, root / LATEST)
     fsync_dir(root)
-    _point_latest(root, version)
-    if keep > 0:
-        for _, name in committed_versions(root)[:-keep]:
-            if name != version:
-                remove_tree(root / name)
-
-
-def _sweep_stages(root: Path) -> None:
-    try:
-        for child in root.iterdir():
-            if child.name.startswith(STAGE) and child.is_dir():
-                remove_tree(child)
-    except OSError:
-        pass
+    old = [name for _, name in committed_versions(root)[:-keep]] if keep > 0 else []
+    stale = [p.name for p in root.iterdir() if p.name.startswith((STAGE, ".latest.tmp-"))] if sweep else []
+    for name in old + stale:
+        if name != version:
+            (remove_tree if (root / name).is_dir() and not (root / name).is_symlink() else remove_quietly)(root / name)
 
 
 @dataclasses.dataclass(frozen=True)
-class _Local:
-    """A rank's local plan note: its failure domain, the newest seq it has, the version it was asked for."""
-
+class _Local:  # a rank's local plan note: its failure domain, the newest seq it has, the version asked for
     domain: str
     seq: int
     version: str | None
 
 
 @dataclasses.dataclass(frozen=True)
-class _Plan:
-    """The global plan's note for each rank: torch's file prefix, plus the version, its seq and the layout."""
-
+class _Plan:  # the global plan's note for each rank: torch's file prefix, the version, its seq, the layout
     prefix: str
     version: str
     seq: int
@@ -206,7 +193,7 @@ class DcpWriter(FileSystemWriter):
         version = notes[0].version or f"v{seq:06d}"
         domains = tuple(n.domain for n in notes)
         if self.replicate is True:
-            Layout(domains).check(_partner_scheme(), 2)
+            Layout(domains).check(Scheme.PARTNER, 2)
         token = f"nvrx-dcp/{version}/{seq}/{uuid.uuid4().hex}"
         return [dataclasses.replace(p, storage_data=_Plan(f"__{i}_", version, seq, domains, token))
                 for i, p in enumerate(plans)]
@@ -230,7 +217,7 @@ class DcpWriter(FileSystemWriter):
                 os.chmod(stage / name, 0o600)  # torch creates them 0644; checkpoints are the user's alone
         except Exception as exc:  # still take part in the exchange below, so the partner does not hang
             error = exc
-        if self._transport is not None and len(layout.domain_order) > 1:
+        if self._transport is not None and _protects(layout):
             try:
                 self._replicate(layout, stage, results, error is None)
             except Exception as exc:
@@ -281,11 +268,7 @@ class DcpWriter(FileSystemWriter):
         for name, size in incoming:
             if not _FILE.match(name):
                 raise CheckpointError(f"partner rank {src} sent a file named {name!r}", hint="a bug in nvrx-hpc")
-            final = stage / name
-            tmp = tmp_path(final)
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb") as f:
-                f.write(memoryview(recv)[offset: offset + size])
-            commit_file(tmp, final)
+            write_atomic(stage / name, memoryview(recv)[offset: offset + size])  # type: ignore[arg-type]
             offset += size
 
     def _await_commit(self, info: _Plan, followers: int) -> None:
@@ -318,21 +301,21 @@ class DcpWriter(FileSystemWriter):
             self._committer = None
 
     def wait_committed(self) -> None:
-        """Block until this rank's domain committed the last save (only a non-zero domain's leader waits).
-
-        Raises:
-            CheckpointError: that commit failed.
-        """
+        """Return once this domain committed the last save (a non-zero domain's leader waits); CheckpointError
+        when that commit failed."""
         self._settle_committer()
         if self._commit_error is not None:
             error, self._commit_error = self._commit_error, None
             raise CheckpointError(f"commit on {self.root} failed: {error}", hint="check the burst buffer") from error
 
 
-def _partner_scheme() -> Any:
-    from nvrx_hpc.ckpt.api import Scheme
-
-    return Scheme.PARTNER
+def _protects(layout: Layout) -> bool:
+    """True when every rank has a partner in another domain (else "auto" saves without copies)."""
+    try:
+        layout.check(Scheme.PARTNER, 2)
+    except CheckpointError:
+        return False
+    return True
 
 
 class _FirstFound(FileSystem):
@@ -353,9 +336,15 @@ def _roots(root: str | os.PathLike[str], domains: Sequence[str]) -> list[Path]:
     return list(dict.fromkeys(Path(text.replace("{domain}", d)) for d in domains))
 
 
-def _newest(roots: Sequence[Path]) -> str | None:
+def _find(roots: Sequence[Path], version: str | None) -> tuple[str, list[Path]]:
+    """`version` (default: the newest committed one) and the roots' committed directories of it."""
     found = [v for r in roots for v in committed_versions(r)]
-    return max(found)[1] if found else None
+    version = version or (max(found)[1] if found else "")
+    dirs = [r / version for r in roots if version and (r / version / COMMIT).is_file()]
+    if not dirs:
+        raise CheckpointError(f"no committed version {version!r} in {', '.join(map(str, roots))}",
+                              hint="a version is readable only after its commit; see each root's `latest`")
+    return version, dirs
 
 
 class DcpReader(FileSystemReader):
@@ -380,19 +369,12 @@ class DcpReader(FileSystemReader):
         if checkpoint_id:
             self.version = _check_name(os.fspath(checkpoint_id))
 
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
-        return bool(_NAME.match(os.fspath(checkpoint_id)))
+    validate_checkpoint_id = DcpWriter.validate_checkpoint_id
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("rank") is not None:
             raise FileNotFoundError("DcpReader checkpoints have one global .metadata")
-        version = self.version or _newest(self.roots)
-        dirs = [r / version for r in self.roots if version and (r / version / COMMIT).is_file()]
-        if not dirs:
-            where = ", ".join(map(str, self.roots))
-            raise CheckpointError(f"no committed version {version or ''} in {where}".replace("  ", " "),
-                                  hint="list the roots' `latest` links, or restore from the drained copy")
+        _, dirs = _find(self.roots, self.version)
         self.fs, self.path = _FirstFound(dirs), dirs[0]
         return super().read_metadata()
 
@@ -415,39 +397,31 @@ def dcp_drain(src_roots: Sequence[str | os.PathLike[str]], dst_root: str | os.Pa
     the same `dst_root` complete one version between them: the run that finds the last file commits it.
     Returns {"version", "complete", "copied", "missing", "nbytes"}.
     """
-    roots = [Path(r) for r in src_roots]
     dst = Path(dst_root)
-    version = version or _newest(roots)
-    dirs = [r / version for r in roots if version and (r / version / COMMIT).is_file()]
-    if not dirs:
-        raise CheckpointError(f"no committed version {version or ''} in {', '.join(map(str, roots))}",
-                              hint="a version is drained only after its commit")
+    version, dirs = _find([Path(r) for r in src_roots], version)
     out: dict[str, Any] = {"version": version, "complete": False, "copied": [], "missing": [], "nbytes": 0}
     if (dst / version / COMMIT).is_file():
-        out["complete"] = True
-        return out
+        return {**out, "complete": True}
     md_dir = dirs[0]
-    metadata = FileSystemReader(md_dir).read_metadata()
-    names = sorted({info.relative_path for info in metadata.storage_data.values()})
+    names = sorted({i.relative_path for i in FileSystemReader(md_dir).read_metadata().storage_data.values()})
     stage = dst / (STAGE + version)
     stage.mkdir(parents=True, exist_ok=True, mode=0o700)
     fs = _FirstFound(dirs)
     for name in names:
         src = fs.concat_path(md_dir, name)
-        if (stage / name).exists():
-            continue
-        if not src.exists():
-            out["missing"].append(name)
-            continue
-        out["nbytes"] += copy_file(src, stage / name)
-        out["copied"].append(name)
+        if not (stage / name).exists():
+            if src.exists():
+                out["nbytes"] += copy_file(src, stage / name)
+                out["copied"].append(name)
+            else:
+                out["missing"].append(name)
     if out["missing"]:
         log.info("drain of %s: %d file(s) not here yet", version, len(out["missing"]))
         return out
     copy_file(md_dir / METADATA, stage / METADATA)
     seq = int(json.loads((md_dir / COMMIT).read_text())["seq"])
     try:
-        _commit(dst, version, seq, keep=0)
+        _commit(dst, version, seq, keep=0, sweep=False)
     except FileNotFoundError:  # another node's run committed it first
         if not (dst / version / COMMIT).is_file():
             raise
