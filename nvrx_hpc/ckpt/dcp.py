@@ -1,26 +1,21 @@
 """torch.distributed.checkpoint on the burst buffer: partner copies, an atomic commit, a `latest` pointer.
 
-    import torch.distributed.checkpoint as dcp
-    from nvrx_hpc.ckpt import DcpReader, DcpWriter, dcp_drain
     dcp.save(state, storage_writer=DcpWriter("/dev/shm/nvrx/{domain}"), checkpoint_id="step-100")
-    dcp.load(state, storage_reader=DcpReader("/dev/shm/nvrx/{domain}"))      # newest committed version
-    dcp_drain(["/dev/shm/nvrx/node1"], "/lustre/run/dcp")                   # then plain DCP reads it:
-    dcp.load(state, checkpoint_id="/lustre/run/dcp/latest")
+    dcp.load(state, storage_reader=DcpReader("/dev/shm/nvrx/{domain}"))  # newest committed version
+    dcp_drain(["/dev/shm/nvrx/node1"], "/lustre/run/dcp")               # then plain DCP reads
+    dcp.load(state, checkpoint_id="/lustre/run/dcp/latest")              # (FileSystemReader)
 
-Each failure-domain root (`{domain}` filled in) holds `.tmp-<version>/` while a save is written, then
-`<version>/` (torch's own files: `__<rank>_<n>.distcp` and `.metadata`, plus `.nvrx-commit.json`) and a
-symlink `latest -> <version>`. Each rank writes its files with torch's FileSystemWriter code (fsynced) into
-its domain's staging directory and, when the job spans two or more domains, sends them to its partner
-(ckpt.layout's ring rule), which writes them into its own staging directory. DCP calls `finish` on rank 0
-only after every rank wrote: rank 0 writes `.metadata`, renames its staging directory and moves `latest`
-(the commit point), and hands the metadata bytes to the other domains' leaders through the process group's
-store; each renames its own directory and moves its own `latest`. A version without `.nvrx-commit.json` is
-never named by `latest` and never read.
-"""
+A domain root holds `.tmp-<version>/` while a save is written, then `<version>/` (torch's own `.distcp` files
+and `.metadata`, plus `.nvrx-commit.json`) and a symlink `latest -> <version>`. Every rank writes its files
+with torch's FileSystemWriter code (fsynced) and sends them to its partner in another domain (ckpt.layout's
+ring). DCP calls `finish` on rank 0 once every rank wrote: rank 0 writes `.metadata`, renames its directory
+and moves `latest` (the commit point), then hands the metadata to the other domains' leaders through the
+process group's store; each renames its directory and moves its `latest`. `latest` never names anything else."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import json
 import logging
@@ -69,11 +64,7 @@ def _check_name(version: str) -> str:
 def committed_versions(root: Path) -> list[tuple[int, str]]:
     """(seq, name) of every committed version under `root`, oldest first."""
     out = []
-    try:
-        children = list(Path(root).iterdir())
-    except OSError:
-        return out
-    for child in children:
+    for child in Path(root).iterdir() if Path(root).is_dir() else ():
         if child.name.startswith(".") or child.name == LATEST or not child.is_dir():
             continue
         try:
@@ -178,9 +169,6 @@ class DcpWriter(FileSystemWriter):
             from nvrx_hpc.ckpt.transport import TorchTransport
 
             self._transport = TorchTransport()  # collective: every rank sets up its writer here
-        if self._commit_error is not None:
-            error, self._commit_error = self._commit_error, None
-            log.warning("the previous version's commit on %s failed: %s", self.root, error)
 
     def prepare_local_plan(self, plan: Any) -> Any:
         seqs = committed_versions(self.root)
@@ -225,12 +213,10 @@ class DcpWriter(FileSystemWriter):
         if error is not None:
             raise error
         fsync_dir(stage)
-        rank0_domain = info.domains[0]
-        if layout.leader(self.rank) and self.domain != rank0_domain:
-            followers = sum(1 for d in layout.domain_order if d != rank0_domain)
+        if layout.leader(self.rank) and self.domain != info.domains[0]:  # rank 0 commits its domain in finish
             self._stop.clear()
-            self._committer = threading.Thread(target=self._await_commit, args=(info, followers),
-                                               name="nvrx-dcp-commit", daemon=True)
+            self._committer = threading.Thread(target=self._await_commit, name="nvrx-dcp-commit", daemon=True,
+                                               args=(info, len(layout.domain_order) - 1))
             self._committer.start()
         fut: Future = Future()
         fut.set_result(results)
@@ -283,21 +269,18 @@ class DcpWriter(FileSystemWriter):
                         return
                     break
             _commit(self.root, info.version, info.seq, self.keep, store.get(info.token))
-            if store.add(info.token + "/acks", 1) >= followers:
-                for key in (info.token, info.token + "/acks"):
-                    try:
+            if store.add(info.token + "/acks", 1) >= followers:  # the last domain to commit drops the keys
+                with contextlib.suppress(Exception):  # not every store deletes; the keys are small
+                    for key in (info.token, info.token + "/acks"):
                         store.delete_key(key)
-                    except Exception as exc:  # FileStore and friends may not delete; the key is small
-                        log.debug("cannot delete store key %s: %s", key, exc)
         except BaseException as exc:
             log.warning("commit of version %s on %s failed: %s", info.version, self.root, exc)
             self._commit_error = exc
 
     def _settle_committer(self) -> None:
-        thread = self._committer
-        if thread is not None:
+        if self._committer is not None:
             self._stop.set()
-            thread.join()
+            self._committer.join()
             self._committer = None
 
     def wait_committed(self) -> None:
@@ -310,12 +293,8 @@ class DcpWriter(FileSystemWriter):
 
 
 def _protects(layout: Layout) -> bool:
-    """True when every rank has a partner in another domain (else "auto" saves without copies)."""
-    try:
-        layout.check(Scheme.PARTNER, 2)
-    except CheckpointError:
-        return False
-    return True
+    """True when every rank has a partner in another domain (Layout.check's rule; else "auto" makes no copies)."""
+    return all(len(ring) > 1 for ring in layout.rings.values())
 
 
 class _FirstFound(FileSystem):
@@ -331,11 +310,6 @@ class _FirstFound(FileSystem):
         return self.dirs[0] / suffix
 
 
-def _roots(root: str | os.PathLike[str], domains: Sequence[str]) -> list[Path]:
-    text = os.fspath(root)
-    return list(dict.fromkeys(Path(text.replace("{domain}", d)) for d in domains))
-
-
 def _find(roots: Sequence[Path], version: str | None) -> tuple[str, list[Path]]:
     """`version` (default: the newest committed one) and the roots' committed directories of it."""
     found = [v for r in roots for v in committed_versions(r)]
@@ -348,19 +322,14 @@ def _find(roots: Sequence[Path], version: str | None) -> tuple[str, list[Path]]:
 
 
 class DcpReader(FileSystemReader):
-    """A StorageReader for `torch.distributed.checkpoint.load` from burst-buffer roots.
-
-    Args:
-        root: as for DcpWriter (`{domain}` is filled with this rank's domain, then each of `domains`).
-        version: a committed version name; default the newest committed one found (pass it on multi-node
-            jobs so every rank reads the same one).
-        domains: other failure domains whose roots this rank can see (their partner copies are read when the
-            own root lost a file).
-    """
+    """A StorageReader for `torch.distributed.checkpoint.load` from burst-buffer roots: `root` as for DcpWriter,
+    filled with this rank's domain, then each of `domains` (roots this rank can see, read for files the own root
+    lacks); `version` default: the newest committed one found (name it on multi-node jobs)."""
 
     def __init__(self, root: str | os.PathLike[str], *, version: str | None = None,
                  domains: Sequence[str] = (), failure_domain: str | None = None) -> None:
-        self.roots = _roots(root, [failure_domain or default_failure_domain(), *domains])
+        domains = [failure_domain or default_failure_domain(), *domains]
+        self.roots = list(dict.fromkeys(Path(os.fspath(root).replace("{domain}", d)) for d in domains))
         super().__init__(self.roots[0])
         self.version = None if version is None else _check_name(version)
 
@@ -390,13 +359,10 @@ class DcpReader(FileSystemReader):
 
 def dcp_drain(src_roots: Sequence[str | os.PathLike[str]], dst_root: str | os.PathLike[str],
               version: str | None = None) -> dict[str, Any]:
-    """Copy a committed version from burst-buffer roots (own files or partner copies) to `dst_root`.
-
-    The copy is plain DCP: `<dst_root>/<version>/` with every file `.metadata` names, then `.metadata`,
-    the commit marker, a rename and `latest`. Files already copied are kept, so runs on several nodes with
-    the same `dst_root` complete one version between them: the run that finds the last file commits it.
-    Returns {"version", "complete", "copied", "missing", "nbytes"}.
-    """
+    """Copy a committed version from burst-buffer roots (own files or partner copies) to `dst_root` as plain
+    DCP: every file `.metadata` names, then `.metadata`, the commit marker, a rename and `latest`. Files copied
+    before are kept, so runs on several nodes with one `dst_root` complete a version between them (the run that
+    finds the last file commits it). Returns {"version", "complete", "copied", "missing", "nbytes"}."""
     dst = Path(dst_root)
     version, dirs = _find([Path(r) for r in src_roots], version)
     out: dict[str, Any] = {"version": version, "complete": False, "copied": [], "missing": [], "nbytes": 0}
