@@ -237,15 +237,18 @@ class DcpWriter(FileSystemWriter):
     # -- partner copies and the other domains' commit ---------------------------------------------------
     def _replicate(self, layout: Layout, stage: Path, results: list, ok: bool) -> None:
         """Send this rank's files to its partner; write the partner source's files here (fsynced)."""
-        from nvrx_hpc.ckpt.transport import as_buffer
-
         names = sorted({r.storage_data.relative_path for r in results}) if ok else []
-        blobs = [(self.path / n).read_bytes() for n in names]
-        header = json.dumps({"ok": ok, "files": [[n, len(b)] for n, b in zip(names, blobs, strict=True)]})
+        sizes = [os.path.getsize(stage / n) for n in names]
+        send, offset = np.empty(sum(sizes), dtype=np.uint8), 0
+        for name, size in zip(names, sizes, strict=True):  # one copy: file straight into the send buffer
+            with open(stage / name, "rb") as f:
+                if f.readinto(memoryview(send)[offset: offset + size]) != size:
+                    raise CheckpointError(f"{stage / name} changed while being sent", hint="a bug in nvrx-hpc")
+            offset += size
+        header = json.dumps({"ok": ok, "files": [[n, s] for n, s in zip(names, sizes, strict=True)]})
         headers = [json.loads(h) for h in self._transport.allgather_bytes(header.encode())]
         src, dst = layout.partner_source(self.rank), layout.partner(self.rank)
         incoming = headers[src]["files"]
-        send = as_buffer(b"".join(blobs))
         recv = np.empty(sum(size for _, size in incoming), dtype=np.uint8)
         self._transport.exchange([(dst, send, _TAG)] if len(send) else [], [(src, recv, _TAG)] if len(recv) else [])
         if not all(h["ok"] for h in headers):
