@@ -26,6 +26,9 @@ __all__ = [
     "MpiTransport",
     "TorchTransport",
     "scavenge",
+    "DcpWriter",
+    "DcpReader",
+    "dcp_drain",
 ]
 
 _WHERE = {
@@ -40,6 +43,9 @@ _WHERE = {
     "MpiTransport": "transport",
     "TorchTransport": "transport",
     "scavenge": "drain",
+    "DcpWriter": "dcp",
+    "DcpReader": "dcp",
+    "dcp_drain": "dcp",
 }
 
 
