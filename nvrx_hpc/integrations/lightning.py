@@ -231,7 +231,9 @@ class NvrxCallback(Callback):
     `set_iteration(global_step)`. Then, on every rank together: whether any rank was asked to stop (one small
     all-reduce in the section "allreduce", every `stop_check_every` batches), and, with an NvrxCheckpointIO,
     a checkpoint every `every_n_train_steps` optimizer steps and when stopping; a stop ends `fit` after the
-    batch (`trainer.should_stop`). The worker API's calibrated timeouts travel in the checkpoint.
+    batch (`trainer.should_stop`). A save that raises CheckpointError (the previous version failed in the
+    background, on every rank alike) is logged and training goes on. The worker API's calibrated timeouts
+    travel in the checkpoint.
     """
 
     def __init__(self, every_n_train_steps: int = 0, *, save_on_stop: bool = True, stop_check_every: int = 1) -> None:
@@ -310,9 +312,13 @@ class NvrxCallback(Callback):
         io = _nvrx_io(trainer)
         periodic = self.every_n_train_steps > 0 and step > 0 and step % self.every_n_train_steps == 0
         if io is not None and (periodic or (stop and self.save_on_stop)) and step != self._saved_at:
-            with worker.section(CHECKPOINT):
-                trainer.save_checkpoint(io.path_for(step))
             self._saved_at = step
+            try:
+                with worker.section(CHECKPOINT):
+                    trainer.save_checkpoint(io.path_for(step))
+            except CheckpointError as exc:  # the previous save failed (on every rank): its version is lost,
+                log.warning("[nvrx] rank %d step %d: checkpoint failed, training goes on: %s",  # the one before
+                            trainer.global_rank, step, exc)  # it stays; this step was not saved either
         if stop:
             self.stopped_at = step
             trainer.should_stop = True

@@ -136,6 +136,25 @@ def test_the_worker_timeouts_travel_in_the_checkpoint(tmp_path, fake_worker):
     assert fake_worker.loaded == [{"version": 1, "timeouts": {"heartbeat": 12.5}}]
 
 
+def test_a_failed_save_is_logged_and_training_goes_on(tmp_path, fake_worker, monkeypatch):
+    real = nl.NvrxCheckpointIO.save_checkpoint
+    calls: list[int] = []
+
+    def save(self, checkpoint, path, storage_options=None):
+        calls.append(checkpoint["global_step"])
+        if checkpoint["global_step"] == 3:
+            raise CheckpointError("checkpoint of step 3 failed in the background", step=3)
+        real(self, checkpoint, path, storage_options)
+
+    monkeypatch.setattr(nl.NvrxCheckpointIO, "save_checkpoint", save)
+    trainer, _, _ = _fit(tmp_path, 6)
+    assert trainer.global_step == 6 and calls == [3, 6]
+    trainer2 = pl.Trainer(accelerator="cpu", devices=1, max_steps=10, logger=False,
+                          plugins=[nl.NvrxCheckpointIO(str(tmp_path / "bb" / "{domain}"), scheme="none",
+                                                       failure_domain="node0")])  # fmt: skip
+    assert nl.latest_ckpt_path(trainer2) == "nvrx:step-6"
+
+
 def test_stop_check_every_must_be_positive():
     with pytest.raises(ValueError):
         nl.NvrxCallback(stop_check_every=0)
