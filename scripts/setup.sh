@@ -3,12 +3,13 @@
 #   apt: Slurm 22.05 (slurmctld, slurmd, client, libslurm-dev for spank.h), munge, Open MPI + PMIx
 #   pip: the CPU build of torch (pinned here, $NVRX_TORCH, default torch==2.13.0: the wheel on disk; an unpinned
 #        torch would pull a multi-GB CUDA build), then this project in editable mode with its dev, mpi, torch,
-#        service and fast (hyperscan) extras (the package itself only asks for torch>=2.4, so a site keeps its own build)
+#        service, fast (hyperscan) and lightning extras (the package itself only asks for torch>=2.4, so a site keeps
+#        its own build)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 TORCH=${NVRX_TORCH:-torch==2.13.0}
-EXTRAS=dev,mpi,torch,service,fast
+EXTRAS=dev,mpi,torch,service,fast,lightning
 log() { echo "[setup] $*"; }
 
 pkgs=(slurmctld slurmd slurm-client munge libslurm-dev openmpi-bin libpmix-dev make gcc)
