@@ -280,8 +280,16 @@ def _child_main(target, args: tuple, out) -> None:
     t = time.perf_counter()
     detail = target(*args)
     seconds = time.perf_counter() - t
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    out.put({"seconds": round(seconds, 2), "peak_rss_mib": round(peak, 1), **detail})
+    out.put({"seconds": round(seconds, 2), "peak_rss_mib": round(_peak_rss_kib() / 1024, 1), **detail})
+
+
+def _peak_rss_kib() -> int:
+    """This process's own peak RSS: VmHWM belongs to its address space, while ru_maxrss keeps the
+    parent's size at the fork that started it."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _fr_analysis(directory: str) -> dict:
