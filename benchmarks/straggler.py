@@ -32,6 +32,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+import recovery  # noqa: E402  (beside this script)
+
 from nvrx_hpc.core.events import read_events  # noqa: E402
 from nvrx_hpc.launcher.status import read_status  # noqa: E402
 from nvrx_hpc.slurm.devcluster import DevCluster, DevClusterSpec  # noqa: E402
@@ -40,10 +43,10 @@ TRAIN = REPO / "examples" / "train_ckpt.py"
 SLOW_RANK = 3
 
 
-class Bench:
+class Bench(recovery.Bench):  # its cluster environment and job cancel
     def __init__(self, cluster: DevCluster, work: Path, window_s: float) -> None:
-        self.cluster, self.work, self.window_s = cluster, work, window_s
-        self.env = {**os.environ, **cluster.env, "PYTHONPATH": str(REPO)}
+        super().__init__(cluster, work)
+        self.window_s = window_s
 
     def submit(self, name: str, steps: int, extra: list[str]) -> tuple[str, Path]:
         run_dir = self.work / name
@@ -58,15 +61,6 @@ class Bench:
             env=self.env, capture_output=True, text=True, timeout=30, check=True,
         )  # fmt: skip
         return done.stdout.strip().split(";")[0], run_dir
-
-    def cancel(self, job: str) -> None:
-        subprocess.run(["scancel", job], env=self.env, capture_output=True, timeout=30)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            out = subprocess.run(["squeue", "-h", "-j", job], env=self.env, capture_output=True, text=True, timeout=30)
-            if not out.stdout.strip():
-                return
-            time.sleep(0.5)
 
     def wait_for(self, run_dir: Path, kind: str, timeout: float) -> dict | None:
         deadline = time.monotonic() + timeout
@@ -86,7 +80,7 @@ class Bench:
             flag = self.wait_for(run_dir, "launcher.straggler", 20 * self.window_s)
             status = read_status(run_dir) or {}
         finally:
-            self.cancel(job)
+            self._cancel(job)
         if flag is None:
             return {"detection_s": None, "windows_to_flag": None, "flagged_rank_correct": False, "classified_as": None}
         node_of_slow = (status.get("ranks", {}).get(str(SLOW_RANK)) or {}).get("node")
@@ -111,7 +105,7 @@ class Bench:
                           if e["kind"] == "launcher.step.first_iteration" and "detail" in e]
             status = read_status(run_dir) or {}
         finally:
-            self.cancel(job)
+            self._cancel(job)
         flags = [e for e in seen if e["kind"] == "launcher.straggler"]
         ranks = status.get("ranks", {}).values()
         iteration = max([r.get("iteration") or 0 for r in ranks] or [0])
