@@ -131,7 +131,7 @@ class Goodput(Bench):
             return {"kind": kind, "node": node, "at": at}
         world = self.args.nodes * self.args.tasks_per_node
         rank = rng.randrange(world)
-        pid = _rank_pid(self.work / name, rank)
+        pid = self._pid_of_rank(name, rank)
         at = time.time()
         os.kill(pid, 9 if kind == "crash" else 19)  # SIGKILL, SIGSTOP
         return {"kind": kind, "rank": rank, "at": at}
@@ -158,26 +158,6 @@ class Goodput(Bench):
         for node in dict.fromkeys(self.xid_nodes):
             if self.cluster.backend.node(node).drained:
                 self.cluster.backend.resume([node])
-
-
-def _rank_pid(run_dir: Path, rank: int, timeout: float = 60) -> int:
-    """The training process of `rank` (argv `python train_ckpt.py ... --out RUN_DIR`, RANK in its
-    environment); not the launcher or srun, whose command lines name the script too."""
-    marker, want = str(run_dir).encode(), f"RANK={rank}".encode()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-                environ = (entry / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if len(argv) > 1 and argv[1].endswith(b"train_ckpt.py") and marker in argv and want in environ:
-                return int(entry.name)
-        time.sleep(0.2)
-    raise SystemExit(f"no training process of rank {rank} in {run_dir}")
 
 
 def _wait_event(run_dir: Path, kind: str, after: float, timeout: float) -> dict:

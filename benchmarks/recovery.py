@@ -94,6 +94,8 @@ class Bench:
     # ------------------------------------------------------------------ faults
 
     def _pid_of_rank(self, name: str, rank: int, timeout: float = 60) -> int:
+        """The training process of `rank` (`python train_ckpt.py ...`): not the launcher or srun, whose
+        command lines name the script too and carry the batch step's SLURM_PROCID=0."""
         marker = str(self.work / name).encode()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -105,7 +107,9 @@ class Bench:
                     environ = (entry / "environ").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                if b"train_ckpt.py" in argv and marker in argv and f"SLURM_PROCID={rank}".encode() in environ:
+                script = argv.split(b"\0")[1:2]
+                if script and script[0].endswith(b"train_ckpt.py") and marker in argv \
+                        and f"SLURM_PROCID={rank}".encode() in environ:
                     return int(entry.name)
             time.sleep(0.2)
         raise SystemExit(f"no rank {rank} of {name}")
