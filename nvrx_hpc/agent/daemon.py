@@ -209,7 +209,17 @@ class Agent:
             if isinstance(flag, dict) and str(rank).isdigit():
                 self.metrics.set_straggler(int(rank), score=flag.get("score"), flagged=bool(flag.get("flagged")))
 
+    async def _on_inprocess_restart(self, msg: m.InprocessRestart) -> None:
+        """Pass the restart to every rank here; the ranks declared lost (hung, wedged) are killed at once."""
+        for link in list(self.links.values()):
+            link.send(m.AgentRestart(round=msg.round, lost=msg.lost, reason=msg.reason))
+        for rank in msg.lost:
+            record = self.registry.get(rank)
+            if record is not None and record.alive():
+                _signal(record.pid, signal.SIGKILL)
+
     _LAUNCHER_HANDLERS = {
+        Kind.LA_RESTART: _on_inprocess_restart,
         Kind.LA_STEP: _on_step,
         Kind.LA_TIMEOUTS: _on_timeouts,
         Kind.LA_STOP: _on_stop,
@@ -294,7 +304,12 @@ class Agent:
         if isinstance(heartbeat, (int, float)) and not isinstance(heartbeat, bool) and heartbeat > 0:
             self.restored_heartbeat = max(self.restored_heartbeat or 0.0, float(heartbeat))
 
+    def _on_fault(self, msg: m.WorkerFault, record: RankRecord) -> None:
+        self._report(m.RankEvent, event=RankEventKind.RAISED, rank=msg.rank, pid=record.pid, round=msg.round,
+                     reason=msg.reason, lost=msg.lost, sections=sorted(record.sections))
+
     _WORKER_HANDLERS = {
+        Kind.W_FAULT: _on_fault,
         Kind.W_HEARTBEAT: _on_heartbeat,
         Kind.W_SECTION: _on_section,
         Kind.W_ITERATION: _on_iteration,

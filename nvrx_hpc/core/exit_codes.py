@@ -24,3 +24,4 @@ class ExitCode(IntEnum):
     AUTH = 77  # sysexits EX_NOPERM
     DO_NOT_REQUEUE = 93  # same number as NVRx's ft_launcher, so existing scripts keep working
     REQUEUE_EXCLUDING = 94
+    INPROCESS_ESCALATE = 95  # a rank that cannot recover in-process: `nvrx-hpc run` restarts the step instead

@@ -2,9 +2,12 @@
 
 Who talks to whom (docs/wire-protocol.md has the frames that carry these):
 
-- worker -> agent, ``w.*``: a rank's hello, heartbeats, sections, iterations, restored timeouts, bye;
-- agent -> worker, ``a.*``: timeouts, a request to checkpoint and stop, a request to dump stacks;
-- launcher -> agent, ``la.*``: the challenge, a new step, timeouts, stop, dump, shutdown, straggler scores;
+- worker -> agent, ``w.*``: a rank's hello, heartbeats, sections, iterations, restored timeouts, bye, and
+  (in-process restart) a fault of its training function or ranks its rendezvous declared lost;
+- agent -> worker, ``a.*``: timeouts, a request to checkpoint and stop, a request to dump stacks, an
+  in-process restart;
+- launcher -> agent, ``la.*``: the challenge, a new step, timeouts, stop, dump, shutdown, straggler scores,
+  an in-process restart (with the ranks that are lost);
 - agent -> launcher, ``ag.*``: hello, rank events, calibration, status (with section timings), health, bye.
 
 `to_wire()` gives the map a Codec encodes; `parse()` turns a decoded map back into its record or raises
@@ -35,7 +38,9 @@ __all__ = [
     "Iteration",
     "WorkerBye",
     "WorkerTimeouts",
+    "WorkerFault",
     "AgentTimeouts",
+    "AgentRestart",
     "AgentStop",
     "AgentDump",
     "Challenge",
@@ -54,6 +59,7 @@ __all__ = [
     "HealthUnavailable",
     "AgentBye",
     "StragglerFlags",
+    "InprocessRestart",
     "AgentLost",
     "RECORDS",
     "parse",
@@ -71,9 +77,11 @@ class Kind(str, enum.Enum):
     W_ITERATION = "w.iter"
     W_BYE = "w.bye"
     W_TIMEOUTS = "w.timeouts"
+    W_FAULT = "w.fault"
     A_TIMEOUTS = "a.timeouts"
     A_STOP = "a.stop"
     A_DUMP = "a.dump"
+    A_RESTART = "a.restart"
     LA_CHALLENGE = "la.challenge"
     LA_STEP = "la.step"
     LA_TIMEOUTS = "la.timeouts"
@@ -82,6 +90,7 @@ class Kind(str, enum.Enum):
     LA_DUMP = "la.dump"
     LA_SHUTDOWN = "la.shutdown"
     LA_STRAGGLERS = "la.stragglers"
+    LA_RESTART = "la.restart"
     AG_HELLO = "ag.hello"
     AG_RANK = "ag.rank"
     AG_CALIBRATION = "ag.calibration"
@@ -103,6 +112,7 @@ class RankEventKind(str, enum.Enum):
     FIRST_ITERATION = "first_iteration"
     EXITED = "exited"
     HUNG = "hung"
+    RAISED = "raised"  # in-process restart: the rank's training function raised, or its rendezvous lost ranks
 
 
 _record = dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +206,18 @@ class WorkerTimeouts(Frame):
     timeouts: dict
 
 
+@_record
+class WorkerFault(Frame):
+    """In-process restart: the training function raised in `round` (`lost` empty), or the rendezvous
+    leader declared `lost` ranks (they never arrived within the soft timeout)."""
+
+    KIND = Kind.W_FAULT
+    rank: int
+    round: int
+    reason: str = ""
+    lost: tuple[int, ...] = ()
+
+
 # ------------------------------------------------------------------ agent -> worker
 
 
@@ -215,6 +237,16 @@ class AgentStop(_Enveloped):
 class AgentDump(_Enveloped):
     KIND = Kind.A_DUMP
     reason: str | None = None
+
+
+@_record
+class AgentRestart(_Enveloped):
+    """In-process restart: leave round `round` of the training function and meet the others for the next."""
+
+    KIND = Kind.A_RESTART
+    round: int
+    lost: tuple[int, ...] = ()
+    reason: str = ""
 
 
 # ------------------------------------------------------------------ launcher -> agent
@@ -275,6 +307,16 @@ class StragglerFlags(_Enveloped):
     ranks: dict
 
 
+@_record
+class InprocessRestart(_Enveloped):
+    """In-process restart of round `round`: agents pass it to their ranks and SIGKILL the `lost` ones they hold."""
+
+    KIND = Kind.LA_RESTART
+    round: int
+    lost: tuple[int, ...] = ()
+    reason: str = ""
+
+
 # ------------------------------------------------------------------ agent -> launcher
 
 
@@ -301,6 +343,8 @@ class RankEvent(_FromAgent):
     reason: str | None = None
     silent_s: float | None = None
     last_beat_at: float | None = None
+    round: int | None = None  # RAISED: the in-process round the fault ended
+    lost: tuple[int, ...] = ()  # RAISED: ranks the rendezvous declared lost
 
 
 @_record
@@ -360,9 +404,10 @@ class AgentLost(_FromAgent):
 RECORDS: dict[Kind, type[Frame]] = {
     cls.KIND: cls
     for cls in (
-        WorkerHello, Heartbeat, SectionMark, Iteration, WorkerBye, WorkerTimeouts,
-        AgentTimeouts, AgentStop, AgentDump,
+        WorkerHello, Heartbeat, SectionMark, Iteration, WorkerBye, WorkerTimeouts, WorkerFault,
+        AgentTimeouts, AgentStop, AgentDump, AgentRestart,
         Challenge, StepStart, LauncherTimeouts, LauncherStop, RequestStop, LauncherDump, Shutdown, StragglerFlags,
+        InprocessRestart,
         AgentHello, RankEvent, Calibration, AgentStatus, AgentStopped, HealthFailed, HealthUnavailable, AgentBye,
 
     )

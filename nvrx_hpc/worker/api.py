@@ -177,6 +177,12 @@ def stop_requested() -> bool:
     return _impl.stop_requested()
 
 
+def link() -> Client | None:
+    """This rank's agent client, or None without an agent (for nvrx_hpc.inprocess, not for training code)."""
+    impl = _impl if not isinstance(_impl, _Lazy) else _setup()
+    return impl if isinstance(impl, Client) else None
+
+
 def enabled() -> bool:
     """True when this rank reports to a node agent (NVRX_AGENT_SOCKET set)."""
     return _impl.enabled()

@@ -102,6 +102,7 @@ class Client:
         self.timeouts: dict[str, Any] = {}
         self.stop = False
         self.stop_reason: Any = None
+        self.on_restart: Any = None  # called on the link thread with each a.restart (nvrx_hpc.inprocess sets it)
         self.beats = 0
         self.last_beat = 0.0  # monotonic time of the last heartbeat()
         self.events: deque[Any] = deque()  # records of nvrx_hpc.core.messages, oldest first
@@ -209,6 +210,10 @@ class Client:
 
     def stop_requested(self) -> bool:
         return self.stop
+
+    def report_fault(self, round: int, reason: str, lost: tuple[int, ...] = ()) -> None:
+        """In-process restart: the training function ended `round` with an error, or `lost` ranks never came back."""
+        self.push(messages.WorkerFault(rank=self.rank, round=round, reason=reason[:500], lost=tuple(lost)))
 
     def enabled(self) -> bool:
         return True

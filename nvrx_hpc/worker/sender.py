@@ -338,7 +338,20 @@ class Sender(threading.Thread):
     def _on_dump(self, msg: m.AgentDump) -> None:
         self._dump(msg.reason)
 
-    _HANDLERS = {Kind.A_TIMEOUTS: _on_timeouts, Kind.A_STOP: _on_stop, Kind.A_DUMP: _on_dump}
+    def _on_restart(self, msg: m.AgentRestart) -> None:
+        """In-process restart: hand it to the wrapper (nvrx_hpc.inprocess) that registered for it, if any."""
+        callback = self.c.on_restart
+        if callback is None:
+            log.debug("[worker rank %s] a.restart for round %s, but no in-process wrapper runs here", self.c.rank,
+                      msg.round)
+            return
+        try:
+            callback(msg)
+        except Exception as exc:  # the wrapper's bug must not kill the link
+            log.warning("[worker rank %s] in-process restart callback failed: %r", self.c.rank, exc)
+
+    _HANDLERS = {Kind.A_TIMEOUTS: _on_timeouts, Kind.A_STOP: _on_stop, Kind.A_DUMP: _on_dump,
+                 Kind.A_RESTART: _on_restart}
 
     def _dump(self, reason: Any) -> None:
         from nvrx_hpc.worker.dump import dump_flight_recorder

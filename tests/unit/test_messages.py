@@ -44,6 +44,10 @@ SAMPLES = [
     m.AgentBye(job="7", node="n1"),
     m.AgentStatus(job="7", node="n1", ranks={}, timings={"5": {"step": [10, 0.52, 0.05]}}, iterations={"5": 10}),
     m.StragglerFlags(job="7", ranks={"5": {"score": 0.7, "flagged": True, "kind": "compute"}}),
+    m.WorkerFault(rank=3, round=2, reason="RuntimeError: boom", lost=(5,)),
+    m.AgentRestart(round=2, lost=(5,), reason="rank 3 raised"),
+    m.InprocessRestart(job="7", round=2, lost=(5,), reason="rank 3 raised"),
+    m.RankEvent(job="7", node="n1", event=m.RankEventKind.RAISED, rank=3, round=2, lost=(5,), reason="boom"),
 ]
 
 
