@@ -335,6 +335,7 @@ class Agent:
         self._report(
             m.RankEvent, event=RankEventKind.EXITED, rank=record.rank, pid=record.pid, exit_code=record.exit_code,
             signal=record.signal, source=source, iteration=record.iteration, sections=sorted(record.sections),
+            reason="finished" if record.finishing else None,  # it said w.bye first: an exit, not a death
         )
 
     async def _watch_loop(self) -> None:

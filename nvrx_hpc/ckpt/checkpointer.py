@@ -285,6 +285,21 @@ class AsyncCheckpointer:
             if self._ctx.drainer is not None:
                 self._ctx.drainer.close()
 
+    def abandon(self) -> None:
+        """Drop this checkpointer without the collective `close` (in-process restart: peers may be gone).
+
+        A save in flight never commits; its threads are released once the call they are in returns (a
+        transport call returns when the process group is torn down). Nothing already committed is touched.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._worker.shutdown(wait=False, cancel_futures=True)
+        if self._ctx.hasher is not None:
+            self._ctx.hasher.shutdown(wait=False, cancel_futures=True)
+        if self._ctx.drainer is not None:
+            self._ctx.drainer.close()
+
     def _final_drains(self) -> None:
         assert self._ctx.drainer is not None
         done, failed = self._ctx.drainer.take_finished()

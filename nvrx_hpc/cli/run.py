@@ -54,6 +54,12 @@ def register(app: typer.Typer) -> None:
         exclude_window: float | None = typer.Option(
             None, "--exclude-window", help="Seconds: --exclude-after's window."
         ),
+        inprocess: bool | None = typer.Option(
+            None, "--inprocess/--no-inprocess", help="Recover faults inside the ranks first (nvrx_hpc.inprocess)."
+        ),
+        spare_ranks: int | None = typer.Option(
+            None, "--spare-ranks", min=0, help="Warm spare ranks per node for in-process restart."
+        ),
     ) -> None:
         """Run CMD as an srun step in this allocation and keep it alive through failures."""
         from nvrx_hpc.launcher.loop import Launcher
@@ -68,7 +74,8 @@ def register(app: typer.Typer) -> None:
             "launcher.section_timeouts": ",".join(section_timeout) or None, "launcher.attribution": attribution,
             "launcher.health_interval_s": health_interval, "launcher.exclude_after": exclude_after,
             "launcher.exclude_window_s": exclude_window, "agent.heartbeat_timeout_s": heartbeat_timeout,
-            "agent.initial_timeout_s": initial_timeout,
+            "agent.initial_timeout_s": initial_timeout, "inprocess.enabled": inprocess,
+            "inprocess.spare_ranks": spare_ranks,
         }  # fmt: skip
         resolved = load_config(overrides={key: value for key, value in flags.items() if value is not None})
         config = resolved.config

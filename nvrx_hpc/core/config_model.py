@@ -215,6 +215,18 @@ class StragglerConfig(_Section):
     exclude_at_restart: bool = Field(False, description="Exclude a flagged rank's node at the next restart.")
 
 
+class InprocessConfig(_Section):
+    """In-process restart (`nvrx-hpc run --inprocess`, docs/inprocess.md): faults recovered inside the running
+    ranks first; what cannot be recovered there restarts the step as usual."""
+
+    enabled: bool = Field(False, description="Recover faults inside the running ranks (nvrx_hpc.inprocess).")
+    spare_ranks: int = Field(0, ge=0, le=64, description="Warm spare ranks per node, started with the step.")
+    soft_timeout_s: Seconds = Field(5.0, description="A rank missing from the in-process meeting this long is lost.")
+    hard_timeout_s: Seconds = Field(60.0, description="A rank that cannot rejoin within this exits (code 95).")
+    pg_timeout_s: Seconds = Field(30.0, description="Collective timeout: a peer hung this long ends the round.")
+    max_restarts: int = Field(50, ge=0, description="In-process restarts in one step before the step restarts.")
+
+
 class LoggingConfig(_Section):
     """Operator logs (stderr)."""
 
@@ -232,4 +244,5 @@ class NvrxConfig(_Section):
     attribution: AttributionConfig = Field(default_factory=AttributionConfig)
     ckpt: CkptConfig = Field(default_factory=CkptConfig)
     straggler: StragglerConfig = Field(default_factory=StragglerConfig)
+    inprocess: InprocessConfig = Field(default_factory=InprocessConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)

@@ -47,17 +47,25 @@ class Plan:
 
 
 def make_plan(round: int, previous: Mapping[int, int], here: Iterable[int], world: int,
-              lost: Iterable[int] = ()) -> Plan:
-    """Survivors keep their rank; each rank without a task goes to the lowest spare slot here."""
+              lost: Iterable[int] = (), width: int = 0) -> Plan:
+    """Survivors keep their rank; each rank without a task goes to a spare slot here: one on the lost rank's
+    node first (`width` tasks per node; its burst buffer and GPUs are there), else the lowest."""
     here = sorted(set(here))
     ranks = {slot: previous[slot] for slot in here if slot in previous}
     holes = sorted(set(range(world)) - set(ranks.values()))
     spares = [slot for slot in here if slot not in previous]
+    where = {rank: slot // width for slot, rank in previous.items()} if width else {}
     replaced = {}
-    for rank, slot in zip(holes, spares):
+    left = []
+    for rank in holes:
+        near = [s for s in spares if width and s // width == where.get(rank)]
+        if not (near or spares):
+            left.append(rank)
+            continue
+        slot = (near or spares)[0]
+        spares.remove(slot)
         ranks[slot] = rank
         replaced[rank] = slot
-    left = holes[len(spares):]
     why = None
     if left:
         why = f"ranks {left} have no task left (no spare rank); the step must restart"
@@ -67,8 +75,9 @@ def make_plan(round: int, previous: Mapping[int, int], here: Iterable[int], worl
 class Rendezvous:
     """The store side of the meeting for one task (`store`: a torch.distributed Store)."""
 
-    def __init__(self, store: Any, namespace: str, slot: int, slots: Iterable[int]) -> None:
+    def __init__(self, store: Any, namespace: str, slot: int, slots: Iterable[int], width: int = 0) -> None:
         self.store = store
+        self.width = width
         self.ns = namespace
         self.slot = slot
         self.slots = tuple(slots)
@@ -107,10 +116,10 @@ class Rendezvous:
             here |= {s for s in self.slots if s not in here and self.store.check([f"{key}/here/{s}"])}
             missing = set(self.slots) - here - lost
             if not missing:
-                return make_plan(round, previous, here - lost, world)
+                return make_plan(round, previous, here - lost, world, width=self.width)
             if time.monotonic() >= deadline:
                 self.mark_lost(missing)  # they never came: hung or dead; the agents kill them
-                return make_plan(round, previous, here - lost, world, lost=missing)
+                return make_plan(round, previous, here - lost, world, lost=missing, width=self.width)
             time.sleep(_POLL_S)
 
     def finish(self) -> None:

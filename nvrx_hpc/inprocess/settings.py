@@ -51,7 +51,7 @@ class InprocessSettings:
         host, sep, port = env.get(ENV_STORE, "").rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ConfigError(
-                f"{ENV_STORE}={env.get(ENV_STORE, '')!r} is not HOST:PORT: the in-process wrapper needs the job's store",
+                f"{ENV_STORE}={env.get(ENV_STORE, '')!r} is not HOST:PORT: in-process restart needs the job's store",
                 hint="start the training with `nvrx-hpc run --inprocess -- python train.py`",
             )
         try:

@@ -25,6 +25,7 @@ __all__ = ["Context", "InprocessWrapper"]
 log = logging.getLogger(__name__)
 
 _SPARE_TICK_S = 0.5  # a waiting spare heartbeats (it is alive) and looks whether the training is done
+SAME_ERROR_ROUNDS = 3  # the same error of this rank's own this many rounds in a row: restarting here cannot help
 
 
 @dataclass
@@ -35,11 +36,19 @@ class Context:
     world_size: int
     round: int  # 0 on the first call; the number of in-process restarts so far
     slot: int  # this task's fixed identity (its Slurm task id)
+    per_node: int = 1  # training ranks per node
     _cleanups: list[Callable[[], Any]] = field(default_factory=list, repr=False)
 
     @property
     def restarted(self) -> bool:
         return self.round > 0
+
+    @property
+    def domain(self) -> str:
+        """This rank's failure domain for nvrx_hpc.ckpt: the node the rank started on (`node<i>`), so that a
+        spare that takes a rank over also takes its place in the partner layout (it restores the rank's
+        shard from the partner copy when the rank's own burst buffer is on another node)."""
+        return f"node{self.rank // self.per_node}"
 
     def on_teardown(self, callback: Callable[[], Any]) -> None:
         """Run `callback` when this round ends by a fault, before the process group goes (e.g. a
@@ -59,15 +68,17 @@ class InprocessWrapper:
         self.store = dist.TCPStore(settings.store_host, settings.store_port, is_master=False, timeout=timeout)
         # The link thread writes lost slots with its own connection: a store client serves one call at a time.
         notice_store = dist.TCPStore(settings.store_host, settings.store_port, is_master=False, timeout=timeout)
-        slots = settings.all_slots()
-        self.rdv = Rendezvous(self.store, settings.namespace, settings.slot, slots)
-        self._notice_rdv = Rendezvous(notice_store, settings.namespace, settings.slot, slots)
+        slots, width = settings.all_slots(), settings.per_node + settings.spares_per_node
+        self.rdv = Rendezvous(self.store, settings.namespace, settings.slot, slots, width)
+        self._notice_rdv = Rendezvous(notice_store, settings.namespace, settings.slot, slots, width)
         self.interrupter = Interrupter()
         self.interrupter.on_notice = self._on_notice
         self._noticed = threading.Event()
         self.link = worker_api.link()
         if self.link is not None:
             self.link.on_restart = self.interrupter.notice
+        self._errors: list[str] = []  # this rank's own errors, one per round it ended
+        self.node = os.environ.get("SLURMD_NODENAME")
         run_dir = os.environ.get("NVRX_RUN_DIR")
         self.events = EventLog(Path(run_dir) / "events.jsonl", source="inprocess") if run_dir else None
 
@@ -95,7 +106,7 @@ class InprocessWrapper:
         """(False, result) when fn returned; (True, None) when the round ended by a fault."""
         import torch.distributed as dist
 
-        ctx = Context(rank=rank, world_size=self.s.world_size, round=round, slot=self.s.slot)
+        ctx = Context(rank=rank, world_size=self.s.world_size, round=round, slot=self.s.slot, per_node=self.s.per_node)
         try:
             self._init_group(round, rank)
             self._emit("inprocess.round.started", rank=rank, round=round, slot=self.s.slot)
@@ -107,10 +118,12 @@ class InprocessWrapper:
         except RestartInterrupt:
             notice = self.interrupter.ended.get(round)
             reason = getattr(notice, "reason", "") or "a peer failed"
+            self._errors.append("")
         except Exception as exc:  # noqa: BLE001 - any error of the round: restart in-process
             reason = f"{type(exc).__name__}: {exc}".strip()[:400]
             if self.link is not None:
                 self.link.report_fault(round, reason)
+            self._errors.append(reason)
         else:
             self.rdv.finish()  # the spares may go home
             if dist.is_initialized():
@@ -118,6 +131,9 @@ class InprocessWrapper:
             return False, result
         self._emit("inprocess.round.ended", rank=rank, round=round, slot=self.s.slot, reason=reason)
         self._teardown(ctx)
+        last = self._errors[-SAME_ERROR_ROUNDS:]
+        if len(last) == SAME_ERROR_ROUNDS and last[0] and len(set(last)) == 1:
+            self._escalate(f"the same error ended {SAME_ERROR_ROUNDS} rounds in a row: {reason}")
         return True, None
 
     def _init_group(self, round: int, rank: int) -> None:
@@ -190,7 +206,7 @@ class InprocessWrapper:
 
     def _emit(self, kind: str, **detail: Any) -> None:
         if self.events is not None:
-            self.events.emit(kind, **detail)
+            self.events.emit(kind, node=self.node, **detail)
 
 
 def round_(seconds: float) -> float:

@@ -22,6 +22,8 @@ from nvrx_hpc.core.wire import load_token, new_token, save_token
 from nvrx_hpc.launcher.culprit import Finding, pick_culprit
 from nvrx_hpc.launcher.evidence import gather_evidence, partition_capacity
 from nvrx_hpc.launcher.hub import AgentHub
+from nvrx_hpc.launcher.inprocess_watch import InprocessWatch
+from nvrx_hpc.launcher.ip_store import StoreProcess
 from nvrx_hpc.launcher.monitor import SYSTEM_CLOCK, Clock, StepWatch
 from nvrx_hpc.launcher.policy import Action, Attempt, NodeJudgement, Outcome, RestartPolicy, judge_node
 from nvrx_hpc.launcher.pool import NodePool
@@ -74,6 +76,7 @@ class Launcher:
         self._outcome: str | None = None  # how the launcher ended (status.json, `nvrx-hpc status`)
         self._failures: list[dict] = []  # {node, time, reason} of every failed attempt, kept across requeues
         self._env: dict[str, str] = dict(os.environ)
+        self._store = StoreProcess()  # in-process restart's meeting place, when it is on
 
     # ------------------------------------------------------------------ set-up
 
@@ -182,6 +185,8 @@ class Launcher:
         status_task = loop.create_task(self._status_loop())
         straggler_task = loop.create_task(self.stragglers.run())
         try:
+            if self.s.inprocess.enabled:
+                await self._store.start()
             missing = await self.hub.wait_for_agents(all_nodes, self.s.agent_timeout_s)
             for node in missing:
                 self._exclude(node, f"node agent did not start within {self.s.agent_timeout_s:g} s")
@@ -191,7 +196,7 @@ class Launcher:
             straggler_task.cancel()
             self.hub.broadcast(m.Shutdown)
             await asyncio.sleep(0.2)
-            await asyncio.gather(*(step.stop(3.0) for step in agents))
+            await asyncio.gather(*(step.stop(3.0) for step in agents), self._store.stop())
             await self.hub.close()
             self._write_state()
             self._publish_status(final=True)
@@ -397,10 +402,15 @@ class Launcher:
             "NVRX_AGENT_SOCKET": socket_template,
             "TORCH_FR_BUFFER_SIZE": os.environ.get("TORCH_FR_BUFFER_SIZE", "2000"),
         }
+        ip, per_node = self.s.inprocess, self.s.tasks_per_node
+        if ip.enabled:  # the spare ranks follow each node's training ranks (nvrx_hpc.inprocess.settings)
+            store = f"{self._advertise_host()}:{self._store.port}"
+            step_env.update(ip.task_env(len(nodes) * per_node, per_node, store))
         spec = StepSpec(
-            nodes=nodes, tasks_per_node=self.s.tasks_per_node, name=f"nvrx-train-{restart}",
+            nodes=nodes, tasks_per_node=per_node + ip.spare_ranks * ip.enabled, name=f"nvrx-train-{restart}",
             output=self.run_dir / "logs" / f"step-{restart}.log", env=step_env, command=self.s.command,
             nvrx_plugin=plugin, cpus_per_task=self.s.cpus_per_task, gpus_per_task=self.s.gpus_per_task,
+            keep_going=ip.enabled,
         )
         step = SrunStep(training_step_argv(spec), {**env, **step_env})
         started = time.time()
@@ -408,6 +418,8 @@ class Launcher:
                          world_size=len(nodes) * self.s.tasks_per_node, log=str(spec.output), plugin=plugin)
         await step.start()
         watch = StepWatch(self.hub, self.events, self.s, self._clock)
+        if ip.enabled:
+            watch.inprocess = InprocessWatch(hub, self.events, nodes, ip, ip.spare_ranks * len(nodes), self._clock)
         findings, max_iteration, rc = await watch.run(step, nodes)
         self._ranks.update(watch.ranks)
         self.events.emit("launcher.step.ended", attempt=index, restart=restart, returncode=rc,

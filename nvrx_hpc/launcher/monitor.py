@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from nvrx_hpc.core import messages as m
 from nvrx_hpc.core.events import EventLog
@@ -41,6 +41,7 @@ class StepWatch:
         self.s = settings
         self.clock = clock
         self.ranks: dict[str, dict] = {}  # rank -> its last report and node, after the step
+        self.inprocess: Any = None  # an InprocessWatch when in-process restart is on: it takes what it recovers
 
     async def run(self, step: SrunStep, nodes: list[str]) -> tuple[list[Finding], int | None, int | None]:
         """Watch the step until it ends or something fails; stop it on a failure.
@@ -71,6 +72,8 @@ class StepWatch:
                 event = self._silent_agent(nodes, silenced)
                 if event is None:
                     continue
+            if self.inprocess is not None and self.inprocess.take(event):
+                continue
             finding, iteration = finding_from_event(event, nodes)
             if iteration is not None:
                 iterations.append(iteration)

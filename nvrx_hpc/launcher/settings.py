@@ -14,7 +14,7 @@ from nvrx_hpc.core.config import NvrxConfig, ResolvedConfig
 from nvrx_hpc.core.errors import ConfigError
 from nvrx_hpc.straggler.detector import StragglerSettings
 
-__all__ = ["RunSettings", "COMM_SECTIONS", "agent_status_s"]
+__all__ = ["RunSettings", "InprocessRun", "COMM_SECTIONS", "agent_status_s"]
 
 # Ranks inside these sections are waiting on peers; a hang is blamed on a rank outside them first.
 COMM_SECTIONS = frozenset({"allreduce", "all_reduce", "barrier", "collective", "comm", "communication", "broadcast"})
@@ -28,6 +28,28 @@ def agent_status_s(nodes: int) -> float:
     """How often each agent sends its status: every second up to 512 nodes, then less often, so that the
     launcher takes at most ~512 reports a second (at 2,048 nodes: every 4 s)."""
     return max(1.0, nodes / AGENTS_PER_SECOND)
+
+
+@dataclass(frozen=True)
+class InprocessRun:
+    """`[inprocess]`: recover inside the ranks first (docs/inprocess.md); the ranks read these from NVRX_IP_*."""
+
+    enabled: bool = False
+    spare_ranks: int = 0  # per node
+    soft_timeout_s: float = 5.0
+    hard_timeout_s: float = 60.0
+    pg_timeout_s: float = 30.0
+    max_restarts: int = 50
+
+    def task_env(self, world: int, tasks_per_node: int, store: str) -> dict[str, str]:
+        from nvrx_hpc.inprocess import settings as ip
+
+        return {
+            ip.ENV_STORE: store, ip.ENV_WORLD: str(world), ip.ENV_TASKS_PER_NODE: str(tasks_per_node),
+            ip.ENV_SPARES_PER_NODE: str(self.spare_ranks), ip.ENV_SOFT: str(self.soft_timeout_s),
+            ip.ENV_HARD: str(self.hard_timeout_s), ip.ENV_PG_TIMEOUT: str(self.pg_timeout_s),
+            ip.ENV_MAX_ROUNDS: str(self.max_restarts),
+        }  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -56,6 +78,7 @@ class RunSettings:
     attribution: bool = _L.attribution  # stop at once when attribution judges a failure not restartable
     comm_sections: frozenset[str] = COMM_SECTIONS
     straggler: StragglerSettings = StragglerSettings(comm_sections=COMM_SECTIONS)
+    inprocess: InprocessRun = InprocessRun()
 
     @classmethod
     def from_config(
@@ -73,6 +96,7 @@ class RunSettings:
             agent_socket=agent.socket, exclude_after=launcher.exclude_after,
             exclude_window_s=launcher.exclude_window_s, attribution=launcher.attribution,
             straggler=StragglerSettings.from_config(resolved.config.straggler, COMM_SECTIONS),
+            inprocess=InprocessRun(**resolved.config.inprocess.model_dump()),
         )  # fmt: skip
 
     def validate(self, allocated_nodes: int) -> None:
@@ -84,6 +108,8 @@ class RunSettings:
                 f"--spares {self.spares} leaves no node to train on: the allocation has {allocated_nodes}",
                 hint="allocate nodes + spares nodes (sbatch --nodes)",
             )
+        if self.inprocess.spare_ranks and not self.inprocess.enabled:
+            raise ConfigError("--spare-ranks needs in-process restart", hint="add --inprocess")
         if self.min_nodes is not None and not 1 <= self.min_nodes <= allocated_nodes - self.spares:
             raise ConfigError(
                 f"--min-nodes {self.min_nodes} must be between 1 and the {allocated_nodes - self.spares} training nodes"

@@ -29,6 +29,7 @@ class StepSpec:
     nvrx_plugin: bool = False
     cpus_per_task: int | None = None
     gpus_per_task: int | None = None
+    keep_going: bool = False  # in-process restart: one task's death must not end the step
 
 
 def agent_step_argv(nodes: list[str], output: Path, agent_args: list[str]) -> list[str]:
@@ -48,8 +49,10 @@ def training_step_argv(spec: StepSpec) -> list[str]:
     return srun_argv(
         spec.nodes, [sys.executable, "-m", "nvrx_hpc.launcher.rank_exec", "--", *spec.command],
         job_name=spec.name, tasks_per_node=spec.tasks_per_node, output=spec.output, label=True,
-        cpus_per_task=spec.cpus_per_task, gpus_per_task=spec.gpus_per_task,
-        extra=["--nvrx"] if spec.nvrx_plugin else [], export=list(spec.env),
+        kill_on_bad_exit=not spec.keep_going, cpus_per_task=spec.cpus_per_task, gpus_per_task=spec.gpus_per_task,
+        # A waiting spare rank uses no CPU: the training ranks keep the CPUs the allocation gave them.
+        extra=(["--nvrx"] if spec.nvrx_plugin else []) + (["--overcommit"] if spec.keep_going else []),
+        export=list(spec.env),
     )
 
 

@@ -50,6 +50,8 @@ CHANGED = {
     "ckpt.wait_timeout_s": "5", "ckpt.reprotect": "false",
     "straggler.enabled": "false", "straggler.threshold": "0.6", "straggler.window_s": "2",
     "straggler.windows": "5", "straggler.exclude_at_restart": "true",
+    "inprocess.enabled": "true", "inprocess.spare_ranks": "1", "inprocess.soft_timeout_s": "2",
+    "inprocess.hard_timeout_s": "20", "inprocess.pg_timeout_s": "10", "inprocess.max_restarts": "3",
     "logging.level": "debug",
 }  # fmt: skip
 
@@ -81,7 +83,7 @@ def _agent_paths(r: ResolvedConfig, _env: dict[str, str]) -> object:
 # The code each key feeds, by key or section: what it builds from the config (and the environment it reads).
 CONSUMERS = {
     "launcher.epilog_requeue": lambda r, _e: orphan.wanted({"SPANK_NVRX_ENABLED": "1"}, r.config),
-    "launcher": _run_settings, "straggler": _run_settings,
+    "launcher": _run_settings, "straggler": _run_settings, "inprocess": _run_settings,
     "agent.heartbeat_timeout_s": _run_settings, "agent.initial_timeout_s": _run_settings,
     "agent": _agent_paths, "slurm": _slurm, "health": _health,
     "ckpt": lambda r, _e: CheckpointSettings.from_config(r.config.ckpt, bb_dir="/bb", failure_domain="n1").model_dump(),

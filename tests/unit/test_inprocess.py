@@ -26,6 +26,12 @@ def test_survivors_keep_their_rank_and_a_spare_takes_the_lost_one():
     assert Plan.from_json(plan.to_json()) == plan
 
 
+def test_a_spare_on_the_lost_ranks_node_goes_first():
+    previous = {0: 0, 1: 1, 3: 2, 4: 3}  # 3 tasks per node: slots 2 and 5 are the spares of nodes 0 and 1
+    plan = make_plan(1, previous, here=[0, 1, 2, 3, 5], world=4, lost=[4], width=3)
+    assert plan.replaced == {3: 5} and plan.ranks[5] == 3
+
+
 def test_a_rank_without_a_spare_escalates():
     plan = make_plan(2, {0: 0, 1: 1}, here=[1], world=2)
     assert plan.escalate and "[0]" in plan.escalate
