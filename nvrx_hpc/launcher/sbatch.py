@@ -200,8 +200,8 @@ def render_script(variables: SbatchVars, template: Path | None = None) -> str:
         trim_blocks=True, lstrip_blocks=True,
     )  # fmt: skip
     env.filters["q"] = _quote
-    context = {**variables.model_dump(), "output": variables.output, "exit_codes": {c.name: int(c) for c in ExitCode},
-               "template_name": path.name}
+    codes = {c.name: int(c) for c in ExitCode if c is not ExitCode.INPROCESS_ESCALATE}  # 95 is a rank's, not run's
+    context = {**variables.model_dump(), "output": variables.output, "exit_codes": codes, "template_name": path.name}
     try:
         return env.from_string(source).render(**context)
     except jinja2.TemplateError as exc:
