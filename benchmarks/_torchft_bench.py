@@ -9,7 +9,10 @@ benchmarks/_torchft_worker.py, each a replica group of one rank (gloo, torchft M
 min_replica_size = min_replicas, torchft Optimizer) training examples/train.py's model and data with
 its 0.05 s step sleep and, like it, one gradient all-reduce per step (`Manager.allreduce`;
 grad_sync="ddp" uses `torchft.DistributedDataParallel` instead, which in torchft 0.2.0 crashes every
-survivor when a peer dies during the all-reduce: see the worker). This module plays the replicas'
+survivor when a peer dies during the all-reduce: see the worker), with the timeouts of TorchFT's
+train_ddp.py example on CPU (gloo 5 s, Manager 30 s; quorum 60 s, TorchFT's default: a SIGKILL during
+the all-reduce costs the ranks that are not the dead one's ring neighbours the gloo timeout, see the
+worker). This module plays the replicas'
 supervisor: whenever one exits or is killed it starts it again at once (same replica index, new
 TorchFT replica id), and the new process heals from a live one.
 
@@ -115,11 +118,11 @@ class _Run:
         step_time: float,
         heartbeat_timeout_ms: int,
         join_timeout_ms: int,
-        worker_timeout_s: float,
+        timeouts: tuple[float, float, float],
         grad_sync: str,
     ) -> None:
         self.n, self.min_replicas, self.work, self.grad_sync = replicas, min_replicas, work, grad_sync
-        self.step_time, self.worker_timeout_s = step_time, worker_timeout_s
+        self.step_time, self.timeouts = step_time, timeouts
         self.hb_ms, self.join_ms = heartbeat_timeout_ms, join_timeout_ms
         self.control = work / "control"
         self.control.mkdir(parents=True, exist_ok=True)
@@ -159,7 +162,8 @@ class _Run:
                 [sys.executable, str(WORKER), "--replica", str(index), "--lighthouse", self.address,
                  "--min-replicas", str(self.min_replicas), "--control", str(self.control),
                  "--log", str(self.work / f"replica-{index}.jsonl"), "--step-time", str(self.step_time),
-                 "--timeout-s", str(self.worker_timeout_s), "--grad-sync", self.grad_sync, "--exit-with-parent"],
+                 "--pg-timeout-s", str(self.timeouts[0]), "--timeout-s", str(self.timeouts[1]),
+                 "--quorum-timeout-s", str(self.timeouts[2]), "--grad-sync", self.grad_sync, "--exit-with-parent"],
                 stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)  # fmt: skip
         finally:
             err.close()
@@ -282,7 +286,9 @@ def measure_torchft(
     min_replicas: int | None = None,
     heartbeat_timeout_ms: int = 5000,
     join_timeout_ms: int = 60000,
-    worker_timeout_s: float = 60.0,
+    pg_timeout_s: float = 5.0,
+    manager_timeout_s: float = 30.0,
+    quorum_timeout_s: float = 60.0,
     grad_sync: str = "allreduce",
     warmup_steps: int = 10,
     baseline_steps: int = 30,
@@ -309,7 +315,14 @@ def measure_torchft(
     deadline = time.monotonic() + timeout_s
     load_start = os.getloadavg()
     run = _Run(
-        replicas, min_replicas, work, step_time, heartbeat_timeout_ms, join_timeout_ms, worker_timeout_s, grad_sync
+        replicas,
+        min_replicas,
+        work,
+        step_time,
+        heartbeat_timeout_ms,
+        join_timeout_ms,
+        (pg_timeout_s, manager_timeout_s, quorum_timeout_s),
+        grad_sync,
     )
     fault_log: list[dict] = []
     try:
@@ -395,7 +408,8 @@ def measure_torchft(
         "failed": failed, "unexpected_exits": run.unexpected_exits,
         "settings": {"grad_sync": grad_sync, "step_time_s": step_time, "steps_between": steps_between,
                      "heartbeat_timeout_ms": heartbeat_timeout_ms, "join_timeout_ms": join_timeout_ms,
-                     "worker_timeout_s": worker_timeout_s, "normal_factor": normal_factor,
+                     "pg_timeout_s": pg_timeout_s, "manager_timeout_s": manager_timeout_s,
+                     "quorum_timeout_s": quorum_timeout_s, "normal_factor": normal_factor,
                      "normal_run": normal_run, "torchft": _version("torchft"), "torch": _version("torch")},
         "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "per_fault": per_fault,
     }  # fmt: skip
@@ -425,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-time", type=float, default=0.05, help="sleep per step (examples/train.py's)")
     parser.add_argument("--min-replicas", type=int, default=None, help="default: replicas - 1")
     parser.add_argument("--heartbeat-timeout-ms", type=int, default=5000, help="lighthouse (TorchFT default 5000)")
+    parser.add_argument("--pg-timeout-s", type=float, default=5.0, help="gloo (5: torchft's train_ddp.py on CPU)")
     parser.add_argument("--join-timeout-ms", type=int, default=60000, help="lighthouse (TorchFT default 60000)")
     parser.add_argument(
         "--grad-sync",
@@ -439,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     result = measure_torchft(args.replicas, args.faults, args.kind, args.steps_between, args.timeout_s,
                              step_time=args.step_time, min_replicas=args.min_replicas,
                              heartbeat_timeout_ms=args.heartbeat_timeout_ms, join_timeout_ms=args.join_timeout_ms,
+                             pg_timeout_s=args.pg_timeout_s,
                              grad_sync=args.grad_sync, work_dir=args.work_dir)  # fmt: skip
     if args.json:
         print(json.dumps(result))

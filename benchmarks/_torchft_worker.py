@@ -29,6 +29,13 @@ Control files in --control DIR (checked at the top of every step, a stat each):
             TorchFT expects of a failed replica (os._exit after the traceback: the interpreter's exit
             would otherwise wait for the Manager's quorum thread)
   stop      leave the loop, shut the Manager down and exit 0
+
+Timeouts as in TorchFT's train_ddp.py example on CPU: gloo 5 s, Manager 30 s, quorum 60 s (TorchFT's
+default). The gloo one decides what a peer killed during the all-reduce costs: only its ring
+neighbours see the reset connection, the other ranks wait for the gloo timeout. It must stay well
+below the quorum timeout: with both at 60 s, the neighbours' next quorum request (which cannot be
+met while the others wait in gloo) times out first, which raises out of the training loop and
+brings every replica down in turn.
 With --exit-with-parent the loop also ends (exit 0) once the parent process is gone, so that a killed
 benchmark leaves no replica behind.
 """
@@ -77,7 +84,8 @@ def run(args: argparse.Namespace, emit) -> int:
     timeout = timedelta(seconds=args.timeout_s)
     # the replica group's own store (torchrun would start it); rank 0 of the group is its master
     store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    pg = ProcessGroupGloo(timeout=timeout)
+    # gloo has no abort: a rank whose ring neighbour died waits for this timeout (see --pg-timeout-s)
+    pg = ProcessGroupGloo(timeout=timedelta(seconds=args.pg_timeout_s))
     optimizer = None
 
     def state_dict() -> dict:
@@ -94,8 +102,7 @@ def run(args: argparse.Namespace, emit) -> int:
         state_dict=state_dict,
         replica_id=f"bench_{args.replica}",
         timeout=timeout,
-        quorum_timeout=timeout,
-        connect_timeout=timeout,
+        quorum_timeout=timedelta(seconds=args.quorum_timeout_s),
         rank=0,
         world_size=1,
         store_addr="127.0.0.1",
@@ -173,7 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", default=None, help="append the JSON lines here (default stdout)")
     parser.add_argument("--step-time", type=float, default=0.05, help="sleep per step, as examples/train.py")
     parser.add_argument("--max-steps", type=int, default=0, help="stop at this Manager step (0: never)")
-    parser.add_argument("--timeout-s", type=float, default=60.0, help="Manager and gloo timeouts (TorchFT: 60)")
+    parser.add_argument("--timeout-s", type=float, default=30.0, help="Manager timeout (30: torchft's train_ddp.py)")
+    parser.add_argument("--quorum-timeout-s", type=float, default=60.0, help="Manager quorum timeout (TorchFT: 60)")
+    parser.add_argument(
+        "--pg-timeout-s",
+        type=float,
+        default=5.0,
+        help="gloo timeout (5: torchft's train_ddp.py on CPU); must stay well under the quorum timeout",
+    )
     parser.add_argument(
         "--grad-sync",
         choices=("allreduce", "ddp"),
