@@ -148,6 +148,7 @@ class AsyncCheckpointer:
         self._inflight: SaveHandle | None = None
         self._pending: CheckpointError | None = None
         self._closed = False
+        self._abandoned = False
         self.last_restore: RestoreStats | None = None
 
     @property
@@ -207,7 +208,10 @@ class AsyncCheckpointer:
             except CheckpointError as exc:
                 error = exc
             except Exception as exc:
-                log.exception("checkpoint of step %d failed in the background", handle.step)
+                if self._abandoned:  # its process group was torn down under it (in-process restart): expected
+                    log.info("abandoned checkpoint of step %d stopped: %s: %s", handle.step, type(exc).__name__, exc)
+                else:
+                    log.exception("checkpoint of step %d failed in the background", handle.step)
                 error = CheckpointError(f"checkpoint of step {handle.step} failed in the background: "
                                         f"{type(exc).__name__}: {exc}", hint="a bug in nvrx-hpc; see the log",
                                         step=handle.step)
@@ -293,7 +297,7 @@ class AsyncCheckpointer:
         """
         if self._closed:
             return
-        self._closed = True
+        self._closed = self._abandoned = True
         self._worker.shutdown(wait=False, cancel_futures=True)
         if self._ctx.hasher is not None:
             self._ctx.hasher.shutdown(wait=False, cancel_futures=True)

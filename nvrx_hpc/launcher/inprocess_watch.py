@@ -33,6 +33,7 @@ class InprocessWatch:
         self.round = 0  # the round the ranks run now, as far as this side knows
         self.spares_left = spare_slots
         self.lost: set[int] = set()
+        self.recovered: list[str] = []  # the errors of rounds that were recovered in-process
         self._restarted_at = float("-inf")
 
     def take(self, event: HubEvent) -> bool:
@@ -45,6 +46,8 @@ class InprocessWatch:
             self.lost.update(new)
             self.spares_left -= len(new)
             why = f"rank {msg.rank} on {event.node} ended round {msg.round}: {msg.reason}"
+            if msg.reason and not msg.lost:
+                self.recovered.append(msg.reason)
             if msg.round >= self.round:
                 self._restart(msg.round, new, why)
                 self.round = msg.round + 1
@@ -75,6 +78,13 @@ class InprocessWatch:
         if not meeting:
             self.round += 1
         return True
+
+    def explains(self, verdict: object) -> bool:
+        """Whether attribution's verdict on the failed step names an error that was already recovered in-process
+        (a traceback of an earlier round is still in the step's log): then it says nothing of the failure."""
+        text = f"{getattr(verdict, 'root_cause', '')} {getattr(verdict, 'signature', '')}"
+        messages = {r.partition(": ")[2].strip() or r for r in self.recovered}
+        return any(len(msg) >= 8 and msg[:200] in text for msg in messages)
 
     def _restart(self, round: int, lost: list[int], why: str) -> None:
         self._restarted_at = self.clock.monotonic()

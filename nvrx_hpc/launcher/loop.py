@@ -35,6 +35,7 @@ from nvrx_hpc.launcher.steps import (
     SrunStep,
     StepSpec,
     agent_step_argv,
+    free_port,
     srun_has_nvrx,
     training_step_argv,
 )
@@ -77,6 +78,7 @@ class Launcher:
         self._failures: list[dict] = []  # {node, time, reason} of every failed attempt, kept across requeues
         self._env: dict[str, str] = dict(os.environ)
         self._store = StoreProcess()  # in-process restart's meeting place, when it is on
+        self._inprocess: InprocessWatch | None = None  # the last step's, when in-process restart is on
 
     # ------------------------------------------------------------------ set-up
 
@@ -219,6 +221,10 @@ class Launcher:
             verdict = None
             if attempt.outcome == Outcome.FAILED and self.s.attribution:
                 verdict = await self._judge(attempt)
+                if verdict is not None and self._inprocess is not None and self._inprocess.explains(verdict):
+                    self.events.emit("launcher.attribution.recovered", reason="the verdict names an error recovered "
+                                     f"in-process, not what ended the step: {verdict.root_cause}")  # fmt: skip
+                    verdict = None
                 attempt = self._refine_culprit(attempt, verdict)
                 self.history[-1] = attempt
                 if verdict is not None and (not verdict.restartable or verdict.action.value == "stop"):
@@ -395,7 +401,7 @@ class Launcher:
         hub.broadcast(m.LauncherTimeouts, nodes=nodes, timeouts=self._timeouts())
         step_env = {
             "MASTER_ADDR": self._address_of(nodes[0]),
-            "MASTER_PORT": str(_free_port()),
+            "MASTER_PORT": str(free_port()),
             "NVRX_RESTART_COUNT": str(restart),
             "NVRX_RUN_DIR": str(self.run_dir),
             "NVRX_TOKEN_FILE": str(self.run_dir / "token"),
@@ -419,7 +425,8 @@ class Launcher:
         await step.start()
         watch = StepWatch(self.hub, self.events, self.s, self._clock)
         if ip.enabled:
-            watch.inprocess = InprocessWatch(hub, self.events, nodes, ip, ip.spare_ranks * len(nodes), self._clock)
+            watch.inprocess = self._inprocess = InprocessWatch(hub, self.events, nodes, ip, ip.spare_ranks * len(nodes),
+                                                               self._clock)
         findings, max_iteration, rc = await watch.run(step, nodes)
         self._ranks.update(watch.ranks)
         self.events.emit("launcher.step.ended", attempt=index, restart=restart, returncode=rc,
@@ -486,10 +493,3 @@ class Launcher:
             # As often as the agents report: every second, every 4 s at 2,048 nodes (docs/scale.md).
             await asyncio.sleep(agent_status_s(len(self.pool.active) if self.pool else 0))
 
-
-def _free_port() -> int:
-    """A port free on this host (the batch host, Slurm's first node) for this attempt's rendezvous:
-    a fixed base collides when two jobs share a first node."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
-        return int(probe.getsockname()[1])

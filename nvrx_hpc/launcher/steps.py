@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 from nvrx_hpc.slurm.commands import srun_argv, srun_help
 from nvrx_hpc.slurm.runner import CommandRunner
 
-__all__ = ["StepSpec", "agent_step_argv", "training_step_argv", "SrunStep", "srun_has_nvrx"]
+__all__ = ["StepSpec", "agent_step_argv", "training_step_argv", "SrunStep", "srun_has_nvrx", "free_port"]
 
 log = logging.getLogger(__name__)
 
@@ -101,3 +102,11 @@ class SrunStep:
             except asyncio.TimeoutError:
                 continue
         return self.returncode
+
+
+def free_port() -> int:
+    """A port free on this host (the batch host, Slurm's first node) for this attempt's rendezvous:
+    a fixed base collides when two jobs share a first node."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])

@@ -47,7 +47,7 @@ def test_raise_sigkill_and_hang_recover_in_process_and_a_loss_without_spare_esca
     reasons = " | ".join(e["reason"] for e in restarts)
     assert "injected exception" in reasons and "died" in reasons, reasons
     lost = sorted({slot for e in restarts for slot in e["detail"]["lost"]})
-    assert len(lost) >= 3, restarts  # the killed rank, the hung one, the last killed one
+    assert len(lost) >= 2, restarts  # the killed rank and the hung one (the last loss restarts the step)
     meetings = [e for e in events(faulty_dir) if e["kind"] == "inprocess.meeting" and e["detail"]["replaced"]]
     assert meetings, "no spare took a lost rank's place"
     # the first three faults cost no new step; the fourth (no spare left) restarts it once
