@@ -145,7 +145,8 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(
         "host_kernel_fault", _H, _ROOT,
-        r"(?:BUG: soft lockup|blocked for more than \d+ seconds|nfs: server (?P<server>\S+) not responding|"
+        r"(?:BUG: soft lockup|(?:task (?P<proc>[^\s:]+):(?P<pid>\d+) )?blocked for more than \d+ seconds|"
+        r"nfs: server (?P<server>\S+) not responding|"
         r"Machine check events logged|\[Hardware Error\]|EDAC MC\d+: \d+ UE |EXT4-fs error|"
         r"XFS \(\S+\): (?:Corruption|metadata I/O error)|Buffer I/O error|Kernel panic)",
         ("soft lockup", "blocked for more than", "not responding", "Machine check", "Hardware Error", " UE ",
@@ -309,6 +310,14 @@ CATALOG: tuple[Signature, ...] = (
         ("ChildFailedError", "exitcode:"), True, "torchrun saw a worker fail",
         ("torch.distributed.elastic.multiprocessing.api:[ERROR] failed (exitcode: -6) local_rank: 3 (pid: 1237)",),
     ),
+    Signature(  # DeepSpeed's launcher saw one of its local processes exit
+        "ds_launcher_exit", _F, _CASC,
+        r"sigkill_handler\] \[[^\]]*'--local_rank=(?P<local_rank>\d+)'[^\]]*\] "
+        r"exits with return code = (?P<code>-?\d+)",
+        ("exits with return code",), True, "DeepSpeed's launcher saw local rank {local_rank} exit with {code}",
+        ("n1: [ERROR] [launch.py:325:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=3'] exits with "
+         "return code = -11",),
+    ),
     Signature(
         "srun_task_exit", _S, _CASC,
         r"srun: error: (?P<node>[\w.-]+): tasks? (?P<tasks>[\d,-]+): (?P<what>Exited with exit code (?P<code>\d+)|"
@@ -326,9 +335,10 @@ CATALOG: tuple[Signature, ...] = (
     Signature(
         "nccl_comm_init", _D, _CTX,
         r"^(?P<node>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO (?:ncclCommInitRank )?comm 0x[0-9a-f]+ "
-        r"rank (?P<rank>\d+) nranks (?P<world>\d+)",
-        ("nranks",), None, "NCCL communicator of {world} ranks",
-        ("n3:2231:2290 [5] NCCL INFO comm 0x55d0c0 rank 13 nranks 16 cudaDev 5 busId ab000 - Init COMPLETE",),
+        r"rank (?P<rank>\d+) n[Rr]anks (?P<world>\d+)",
+        ("nranks", "nRanks"), None, "NCCL communicator of {world} ranks",
+        ("n3:2231:2290 [5] NCCL INFO comm 0x55d0c0 rank 13 nranks 16 cudaDev 5 busId ab000 - Init COMPLETE",
+         "n3:2231:2290 [5] NCCL INFO comm 0x55a8167a rank 13 nRanks 16 nNodes 2 localRanks 8 localRank 5 MNNVL 0"),
     ),
     Signature(
         "world_size", _D, _CTX,
@@ -340,6 +350,20 @@ CATALOG: tuple[Signature, ...] = (
     Signature(
         "elastic_box_host", _F, _CTX, r"^\s+host\s+: (?P<node>[A-Za-z0-9][\w.-]*)\s*$", ("host      :",), None,
         "torchrun failure on host {node}", ("  host      : dgx-b-04",),
+    ),
+    Signature(
+        "elastic_box_time", _F, _CTX, r"^\s+time\s+: (?P<at>\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d)\s*$",
+        ("time      :",), None, "torchrun failure time", ("  time      : 2024-08-23_13:16:09",),
+    ),
+    Signature(
+        "elastic_box_exit", _F, _CTX, r"^\s+exitcode\s+: (?P<code>-?\d+) \(pid: (?P<pid>\d+)\)",
+        ("exitcode  :",), None, "torchrun failure exit code {code}", ("  exitcode  : -6 (pid: 402117)",),
+    ),
+    Signature(  # DeepSpeed's launcher: which global ranks each host runs
+        "ds_rank_mapping", _F, _CTX,
+        r"global_rank_mapping=(?:defaultdict\(<class 'list'>, )?(?P<mapping>\{[^}]*\})",
+        ("global_rank_mapping",), None, "DeepSpeed rank mapping",
+        ("n1: [INFO] [launch.py:162:main] global_rank_mapping=defaultdict(<class 'list'>, {'n1': [0], 'n2': [1]})",),
     ),
     Signature(
         "elastic_box_rank", _F, _CTX, r"^\s+rank\s+: (?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)",

@@ -259,6 +259,9 @@ def _where(ranks: Sequence[int], nodes: Sequence[str], gpus: Sequence[str]) -> s
 def decide(f: Findings) -> Verdict:
     """The verdict over `f` (see the module docstring for the rules)."""
     record_time = {r.rank: r.time for r in f.records if r.rank is not None and r.time is not None}
+    for h in f.hits:  # torchrun's failure box says when its rank failed, like a failure record
+        if h.signature == "elastic_box_rank" and h.rank is not None and h.time is not None:
+            record_time.setdefault(h.rank, h.time)
     rank_nodes = _rank_nodes(f)
     causes = _causes(f, record_time)
     root, hit_ranks = _pick_root(causes, rank_nodes)

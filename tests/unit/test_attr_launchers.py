@@ -1,0 +1,71 @@
+"""The rules a fourth blind round of cases asked for, on small logs written for these tests: what the
+launchers say about ranks (torchrun's failure box and its local `[defaultN]` prefix, DeepSpeed's rank
+mapping, NCCL's pid), the kernel lines that name only a pid, victims' network lines, and the verdict's
+reasoning about lost nodes, NaN on several nodes, teardown on every rank and a host resource one node
+of several ran out of."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nvrx_hpc.attribution.analyze import analyze_run
+from nvrx_hpc.attribution.api import Category
+from nvrx_hpc.attribution.lines import LineContext, classify_line, split_prefixes
+
+
+def _run(tmp_path: Path, files: dict[str, list[str]]) -> Path:
+    run = tmp_path / "4100"
+    run.mkdir(parents=True)
+    for name, lines in files.items():
+        (run / name).write_text("\n".join(lines) + "\n")
+    return run
+
+
+def _box(rank: int, local: int, host: str, pid: int, code: int = 1, when: str = "2024-06-01_10:00:05") -> list[str]:
+    return ["[0]:", f"  time      : {when}", f"  host      : {host}", f"  rank      : {rank} (local_rank: {local})",
+            f"  exitcode  : {code} (pid: {pid})", "  error_file: <N/A>"]  # fmt: skip
+
+
+def test_torchruns_local_prefix_gives_way_to_the_global_rank():
+    assert split_prefixes("[default6]:[rank14]:x") == (14, None, "x")
+    assert split_prefixes("[default6]:x") == (6, None, "x")
+    hit = classify_line("[default3]:ValueError: bad", 1, LineContext("x"))
+    assert hit.rank == 3 and hit.fields["tee_local"] == "3"
+
+
+def test_the_box_maps_the_local_prefix_and_the_pid_to_the_global_rank_and_gives_its_time(tmp_path):
+    out = ["[default2]:Traceback (most recent call last):", "[default2]:KeyError: 'label'",
+           "E0601 10:00:06.000000 1 api.py:826] failed (exitcode: 1) local_rank: 2 (pid: 7002) of binary: python",
+           *_box(26, 2, "c-n4", 7002)]  # fmt: skip
+    v = analyze_run(_run(tmp_path, {"train.err": out})).verdict
+    assert v.category is Category.APPLICATION and v.culprit.ranks == (26,) and v.culprit.nodes == ("c-n4",)
+    assert "2024-06-01 10:00:05" in v.root_cause  # the box's time stands in for the untimed traceback
+
+
+def test_an_xid_pid_takes_the_global_rank_of_ncclss_world_communicator_not_the_local_rank(tmp_path):
+    out = ["g3:5105:5200 [5] NCCL INFO comm 0x5 rank 21 nRanks 32 nNodes 4 localRanks 8 localRank 5 MNNVL 0",
+           "g1:3100:3200 [0] NCCL INFO comm 0x6 rank 0 nRanks 32 nNodes 4 localRanks 8 localRank 0 MNNVL 0",
+           "E0601 10:00:06.000000 1 api.py:826] failed (exitcode: -6) local_rank: 5 (pid: 5105) of binary: python"]
+    kern = ["Jun  1 10:00:01 g3 kernel: NVRM: Xid (PCI:0000:ab:00): 94, pid=5105, name=python, Contained: SM"]
+    v = analyze_run(_run(tmp_path, {"slurm-4100.out": out, "g3.kern.log": kern})).verdict
+    assert v.category is Category.GPU_HARDWARE and v.culprit.ranks == (21,) and v.culprit.nodes == ("g3",)
+
+
+def test_deepspeeds_rank_mapping_and_exit_line_name_the_rank_a_segfault_without_one_hit(tmp_path):
+    out = ["ds-a: [INFO] [launch.py:162:main] global_rank_mapping=defaultdict(<class 'list'>, "
+           "{'ds-a': [0, 1, 2, 3], 'ds-b': [4, 5, 6, 7]})",
+           "ds-a: Fatal Python error: Segmentation fault",
+           "ds-a: [ERROR] [launch.py:325:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=2'] exits "
+           "with return code = -11",
+           "ds-b: [rank5]:[E601 10:00:09.1 ProcessGroupNCCL.cpp:1515] [PG 0 Rank 5] Process group watchdog thread "
+           "terminated with exception: NCCL error: remote process exited or there was a network error"]  # fmt: skip
+    v = analyze_run(_run(tmp_path, {"console.log": out})).verdict
+    assert v.category is Category.FRAMEWORK_CRASH and v.culprit.ranks == (2,) and v.culprit.nodes == ("ds-a",)
+
+
+def test_a_task_blocked_in_the_kernel_is_the_one_srun_had_to_kill(tmp_path):
+    kern = ["Jun  1 09:40:00 s1 kernel: INFO: task python:9001 blocked for more than 122 seconds."]
+    out = ["srun: error: s2: tasks 4-7: Aborted (core dumped)", "srun: error: s1: tasks 1-3: Terminated",
+           "srun: error: s1: task 0: Killed"]
+    v = analyze_run(_run(tmp_path, {"slurm-4100.out": out, "s1.kern.log": kern})).verdict
+    assert v.category is Category.HOST and v.culprit.ranks == (0,) and v.culprit.nodes == ("s1",)
