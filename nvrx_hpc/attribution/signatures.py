@@ -84,6 +84,13 @@ CATALOG: tuple[Signature, ...] = (
         ("NVLink",), True, "NVLink error", ("NVLink: fatal error detected on link 3",),
     ),
     # ---- network --------------------------------------------------------------------------------
+    Signature(  # status 5 is a flushed work request: the queue pair had already failed (a peer went away)
+        "nccl_ib_flush", _N, _WEAK,
+        r"NET/IB ?: Got completion from peer (?P<peer>\S+) with (?:error |status=)(?P<status>5)\b",
+        ("NET/IB",), True, "InfiniBand work request flushed (status 5) talking to {peer}",
+        ("n3:812:930 [2] NCCL WARN NET/IB : Got completion from peer 10.0.0.7<40213> with status=5 opcode=0 "
+         "len=0 vendor err 249 (Recv)",),
+    ),
     Signature(
         "nccl_ib_completion", _N, _ROOT,
         r"NET/IB ?: Got completion from peer (?P<peer>\S+) with (?:error |status=)(?P<status>\d+)",
@@ -104,6 +111,14 @@ CATALOG: tuple[Signature, ...] = (
         ("NCCL WARN",), True, "NCCL could not connect to a peer",
         ("n2:311:319 [4] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.2.0.1<43121> failed : "
          "Connection refused",),
+    ),
+    Signature(  # the printer waited for a peer that stopped answering: a victim's line (EFA/OFI, libfabric)
+        "net_peer_timeout", _N, _WEAK,
+        r"(?:NET/OFI[^\n]*completed with error[^\n]*(?:RC: 110\b|Connection timed out)|"
+        r"retries exhausted waiting for peer)",
+        ("RC: 110", "Connection timed out", "retries exhausted"), True, "a network peer stopped answering",
+        ("p5-1:7331:7339 [0] nccl_net_ofi_rdma.cpp:1318 NCCL WARN NET/OFI Request 0x7f1e completed with error. "
+         "RC: 110. Error: Connection timed out. Completed length: 0",),
     ),
     Signature(
         "nccl_net_failure", _N, _ROOT,
@@ -387,7 +402,7 @@ _NCCL_EXCEPTIONS = {"ncclSystemError": _N, "ncclRemoteError": _N, "ncclInternalE
                     "ncclUnhandledCudaError": _F, "ncclInvalidUsage": _F}  # fmt: skip
 # Hits that victims print about a peer or a collective: who prints them is not who caused them.
 VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "heartbeat_stuck",
-                     "nccl_remote_error", "stack_in_collective")
+                     "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout")
 
 
 def exception_role(name: str, role: Role, category: Category) -> tuple[Role, Category]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nvrx_hpc.attribution.analyze import analyze_run
-from nvrx_hpc.attribution.api import Category
+from nvrx_hpc.attribution.api import Category, Role
 from nvrx_hpc.attribution.lines import LineContext, classify_line, split_prefixes
 
 
@@ -69,3 +69,17 @@ def test_a_task_blocked_in_the_kernel_is_the_one_srun_had_to_kill(tmp_path):
            "srun: error: s1: task 0: Killed"]
     v = analyze_run(_run(tmp_path, {"slurm-4100.out": out, "s1.kern.log": kern})).verdict
     assert v.category is Category.HOST and v.culprit.ranks == (0,) and v.culprit.nodes == ("s1",)
+
+
+def test_a_flushed_ib_request_and_a_peer_timeout_are_victims_lines():
+    ctx = LineContext("x")
+    flush = classify_line("n1:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with status=5 "
+                          "opcode=0 len=0 vendor err 249 (Recv)", 1, ctx)  # fmt: skip
+    retry = classify_line("n1:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with status=12 "
+                          "opcode=0 len=0 vendor err 129 (Recv)", 1, ctx)  # fmt: skip
+    timeout = classify_line("n1:1:2 [0] NCCL WARN NET/OFI Request 0x1 completed with error. RC: 110. Error: "
+                            "Connection timed out. Completed length: 0", 1, ctx)  # fmt: skip
+    local = classify_line("n2:1:2 [0] NCCL WARN NET/OFI Request 0x1 completed with error. RC: 5. Error: "
+                          "Input/output error. Completed length: 0", 1, ctx)  # fmt: skip
+    assert (flush.role, retry.role, timeout.role, local.role) == (Role.WEAK, Role.ROOT, Role.WEAK, Role.ROOT)
+    assert local.node == "n2"
