@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nvrx_hpc.attribution.analyze import analyze_run
-from nvrx_hpc.attribution.api import Category, Role
+from nvrx_hpc.attribution.api import Action, Category, Role
 from nvrx_hpc.attribution.lines import LineContext, classify_line, split_prefixes
 
 
@@ -83,3 +83,41 @@ def test_a_flushed_ib_request_and_a_peer_timeout_are_victims_lines():
                           "Input/output error. Completed length: 0", 1, ctx)  # fmt: skip
     assert (flush.role, retry.role, timeout.role, local.role) == (Role.WEAK, Role.ROOT, Role.WEAK, Role.ROOT)
     assert local.node == "n2"
+
+
+def test_a_failed_node_is_blamed_with_the_ranks_no_other_node_holds(tmp_path):
+    out = ["Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/12", "srun: error: Node failure on f3",
+           "srun: error: f1: tasks 0-3: Killed", "srun: error: f2: tasks 4-7: Killed"]
+    v = analyze_run(_run(tmp_path, {"slurm-4100.err": out})).verdict
+    assert v.category is Category.HOST and v.culprit.nodes == ("f3",) and v.culprit.ranks == (8, 9, 10, 11)
+    # more ranks left over than one node holds: the logs do not say which ran there
+    out[0] = "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/16"
+    v = analyze_run(_run(tmp_path / "b", {"slurm-4100.err": out})).verdict
+    assert v.culprit.nodes == ("f3",) and v.culprit.ranks == ()
+
+
+def test_nan_on_ranks_of_several_nodes_is_the_runs_not_one_gpus(tmp_path):
+    out = [f"[rank{r}]: AssertionError: Rank {r}: found NaN in local grad norm in backward pass. Device: 0, "
+           f"node: m{r // 4}" for r in (1, 6)]  # fmt: skip
+    v = analyze_run(_run(tmp_path, {"train.log": out})).verdict
+    assert v.category is Category.NUMERICAL and v.culprit.ranks == () and v.culprit.nodes == ()
+    one = analyze_run(_run(tmp_path / "b", {"train.log": out[:1]})).verdict
+    assert one.culprit.ranks == (1,) and one.culprit.nodes == ("m0",)
+
+
+def test_teardown_on_every_rank_names_nobody(tmp_path):
+    out = ["srun: error: t2: tasks 4-7: Exited with exit code 1", "srun: error: t1: tasks 0-3: Exited with exit code 1"]
+    v = analyze_run(_run(tmp_path, {"slurm-4100.err": out})).verdict
+    assert v.category is Category.UNKNOWN and v.culprit.ranks == () and v.culprit.nodes == ()
+    some = analyze_run(_run(tmp_path / "b", {"slurm-4100.err": [out[0], "WORLD_SIZE=8"]})).verdict
+    assert some.category is Category.UNKNOWN and some.culprit.nodes == ("t2",)  # the suspects are kept
+
+
+def test_shared_memory_that_ran_out_on_one_node_of_several_is_that_nodes_fault(tmp_path):
+    shm = "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm)."
+    one = _run(tmp_path, {"node1.log": [shm, *_box(5, 1, "h2", 301)], "node0.log": _box(0, 0, "h1", 201)})
+    v = analyze_run(one).verdict
+    assert v.category is Category.HOST and v.culprit.ranks == (5,) and v.culprit.nodes == ("h2",)
+    assert v.restartable and v.action is Action.EXCLUDE_AND_RETRY
+    alone = analyze_run(_run(tmp_path / "b", {"train.log": [f"[rank1]: {shm}"]})).verdict
+    assert alone.category is Category.HOST and not alone.restartable  # the job's own demand
