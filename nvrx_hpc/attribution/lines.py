@@ -24,9 +24,9 @@ _SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): ")
 _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
 _MPI_RANK = re.compile(r"^\[\d+,(\d{1,7})\]<(?:stdout|stderr|stddiag)>:\s?")  # mpirun --tag-output: `[1,3]<stderr>:`
-# pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit, an
-# exception name ("ValueError: ") has none.
-_HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun)(?P<host>[a-z][a-z0-9_-]*\d[a-z0-9_.-]*): (?=\S)")
+# pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit or a hyphen,
+# an exception name ("ValueError: ") has neither.
+_HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun)(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*): (?=\S)")
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                                         "Dec"), 1)}  # fmt: skip
 _SYSLOG = re.compile(r"^(?:<\d+>)?(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
@@ -45,7 +45,8 @@ _INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank (\d{1,7}
 _NCCL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 _NODE_WORD = re.compile(r"\bnode[:=] ?(?P<node>[A-Za-z][\w.-]*)")
 _DEVICE_WORD = re.compile(r"\bDevice[:=] ?(?P<dev>\d+)")
-_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
+# `_` between date and time: torchrun's failure box (`time : 2024-08-23_13:16:09`).
+_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 # glog pads the month (`[E0520`); torch's c10 logger does not (`[E520` is May 20, `[E1023` October 23).
 _GLOG = re.compile(r"\[[IWEF](\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?")
 
@@ -74,10 +75,17 @@ def split_prefix(line: str) -> tuple[int | None, str]:
 
 def split_prefixes(line: str) -> tuple[int | None, str | None, str]:
     """Strip the runner prefixes a line may carry, outermost first: srun `--label` (`12: `) or mpirun's
-    `[1,12]<stderr>:`, a pdsh host
-    (`node-b7: `), torchrun's `[default3]:`, torch's `[rank12]:`. Returns (rank, host, the rest); the
-    outermost rank wins."""
-    rank = node = None
+    `[1,12]<stderr>:`, a pdsh host (`node-b7: `), torchrun's `[default3]:`, torch's `[rank12]:`.
+    Returns (rank, host, the rest). srun's and mpirun's labels are global ranks and win; torchrun's
+    `[default3]` is the local rank on its node: it stands in for the rank only when no global one is
+    given (`[default6]:[rank14]:` is rank 14)."""
+    rank, node, rest, _local = _split_prefixes(line)
+    return rank, node, rest
+
+
+def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None]:
+    """`split_prefixes` plus the local rank when the rank is only torchrun's `[defaultN]`."""
+    rank = node = local = None
     m = _SRUN_LABEL.match(line) or _MPI_RANK.match(line)
     if m:
         rank = int(m.group(1))
@@ -86,12 +94,17 @@ def split_prefixes(line: str) -> tuple[int | None, str | None, str]:
     if m:
         node = m.group("host")
         line = line[m.end() :]
-    for pattern in (_TEE_RANK, _TORCH_RANK):
-        m = pattern.match(line)
-        if m:
-            rank = int(m.group(1)) if rank is None else rank
-            line = line[m.end() :]
-    return rank, node, line
+    m = _TEE_RANK.match(line)
+    if m:
+        local = int(m.group(1))
+        line = line[m.end() :]
+    m = _TORCH_RANK.match(line)
+    if m:
+        rank = int(m.group(1)) if rank is None else rank
+        line = line[m.end() :]
+    if rank is None and local is not None:
+        return local, node, line, local
+    return rank, node, line, None
 
 
 def read_header(text: str, year: int | None) -> tuple[float | None, str, str | None, str | None]:
@@ -177,7 +190,7 @@ def classify_line(
     raw: str, line_no: int, ctx: LineContext, catalog: tuple[Signature, ...] = CATALOG
 ) -> Hit | None:
     """The hit for one line (1-based `line_no`), or None when no signature matches it."""
-    prefix_rank, prefix_node, text = split_prefixes(raw.rstrip("\r\n"))
+    prefix_rank, prefix_node, text, tee_local = _split_prefixes(raw.rstrip("\r\n"))
     for sig in catalog:
         m = sig.compiled().search(text)
         if m:
@@ -221,6 +234,9 @@ def classify_line(
     if nccl:
         node = node or nccl.group("host")
         gpu = gpu or nccl.group("dev")
+        fields.setdefault("pid", nccl.group("pid"))
+    if tee_local is not None and rank == tee_local:
+        fields["tee_local"] = str(tee_local)  # the rank is torchrun's local one (see localise.enrich)
     if node is None:
         word = _NODE_WORD.search(text)
         node = word.group("node") if word else ctx.node

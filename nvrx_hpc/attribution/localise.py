@@ -10,25 +10,25 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 
 from nvrx_hpc.attribution.api import Hit, Role
+from nvrx_hpc.attribution.launchers import NOT_HOSTS, enrich, name_oom_victims, name_victims
 from nvrx_hpc.attribution.lines import parse_time, ranks_of
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
 __all__ = ["node_of_file", "sample_file", "align_years", "enrich", "drop_recovered", "name_oom_victims",
-           "rank_nodes", "known_ranks", "hang_suspects"]
+           "name_victims", "rank_nodes", "known_ranks", "hang_suspects"]
 
 _KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "messages")
 _EXTENSIONS = (".gz", ".log", ".txt", ".out", ".err")
 _HOSTISH = re.compile(r"^[A-Za-z][\w.-]*$")
-_NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
+_NOT_HOSTS = NOT_HOSTS
 _PREFIX_RANKS = re.compile(rb"(?m)^\s*(\d{1,6}): |\[rank(\d{1,6})\]:|^\[default(\d{1,6})\]:|^\[\d+,(\d{1,6})\]<std")
 # A host and a rank on one line's prefixes: `w2: [rank6]:` (pdsh), `6: w2:311:320 [6] NCCL` (srun + NCCL).
-_HOST_RANK = re.compile(rb"(?m)^([a-z][\w-]*\d[\w.-]*): \[rank(\d{1,6})\]:|"
+_HOST_RANK = re.compile(rb"(?m)^([a-z][\w-]*[\d-][\w.-]*): \[rank(\d{1,6})\]:|"
                         rb"^\s*(\d{1,6}): ([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL")
 _DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _SAMPLE = 256 * 1024
@@ -127,44 +127,6 @@ def align_years(hits: Sequence[Hit], anchors: Iterable[float]) -> list[Hit]:
     return out
 
 
-def enrich(hits: Sequence[Hit]) -> list[Hit]:
-    """Give hits the rank and node that other lines say: a pid named with its rank elsewhere (torchrun's
-    `local_rank: 3 (pid: 2231)`, a cgroup path's task), torchrun's failure box (`host :` above `rank :`),
-    and, in a file whose box names one failed rank, that rank for the file's lines that name none."""
-    pid_rank: dict[str, int] = {}
-    for h in hits:
-        pid = h.fields.get("pid") or h.fields.get("pid2")
-        rank = h.rank if h.rank is not None else _int(h.fields.get("local_rank"))
-        if pid and rank is not None:
-            pid_rank.setdefault(pid, rank)
-    boxes: dict[str, list[tuple[int, int]]] = defaultdict(list)  # source -> (line, rank)
-    hosts: dict[tuple[str, int], str] = {}
-    for h in hits:
-        if h.signature == "elastic_box_rank" and h.rank is not None:
-            boxes[h.source].append((h.line, h.rank))
-        elif h.signature == "elastic_box_host" and h.node and h.node.lower() not in _NOT_HOSTS:
-            hosts[(h.source, h.line)] = h.node
-    out = []
-    for h in hits:
-        rank, node = h.rank, h.node
-        if node and node.lower() in _NOT_HOSTS:
-            node = None
-        if rank is None:
-            pid = h.fields.get("pid") or h.fields.get("pid2")
-            rank = pid_rank.get(pid) if pid else None
-        if rank is None and h.signature == "elastic_child_failed":
-            rank = _int(h.fields.get("local_rank"))
-        in_box = {r for _line, r in boxes.get(h.source, [])}
-        if rank is None and len(in_box) == 1:
-            rank = next(iter(in_box))
-        if node is None and h.signature == "elastic_box_rank":
-            node = hosts.get((h.source, h.line - 1))
-        if (rank, node) != (h.rank, h.node):
-            h = dataclasses.replace(h, rank=rank, node=node)
-        out.append(h)
-    return out
-
-
 def drop_recovered(hits: Sequence[Hit]) -> list[Hit]:
     """A stall the kernel later reports over (`nfs: server X not responding`, then `nfs: server X OK` in
     the same log) was transient: it stays on the timeline as context, never as the root cause."""
@@ -175,23 +137,6 @@ def drop_recovered(hits: Sequence[Hit]) -> list[Hit]:
         back = recovered.get((h.source, server)) if server and h.signature != "nfs_recovered" else None
         if back is not None and back > h.order:
             h = dataclasses.replace(h, role=Role.CONTEXT)
-        out.append(h)
-    return out
-
-
-def name_oom_victims(hits: Sequence[Hit]) -> list[Hit]:
-    """The kernel's OOM kill names a pid, srun names the task it SIGKILLed: when one host's kernel log
-    has an OOM kill with no rank and srun reports exactly one task `Killed` on that host, that task is
-    the process the kernel killed."""
-    killed: dict[str, set[int]] = defaultdict(set)
-    for h in hits:
-        if h.signature == "srun_task_exit" and h.fields.get("what") == "Killed" and h.node:
-            killed[h.node].update(ranks_of(h.fields.get("tasks", "")))
-    out = []
-    for h in hits:
-        victims = killed.get(h.node or "", set())
-        if h.signature == "linux_oom_kill" and h.rank is None and len(victims) == 1:
-            h = dataclasses.replace(h, rank=next(iter(victims)))
         out.append(h)
     return out
 

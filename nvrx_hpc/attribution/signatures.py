@@ -84,6 +84,13 @@ CATALOG: tuple[Signature, ...] = (
         ("NVLink",), True, "NVLink error", ("NVLink: fatal error detected on link 3",),
     ),
     # ---- network --------------------------------------------------------------------------------
+    Signature(  # status 5 is a flushed work request: the queue pair had already failed (a peer went away)
+        "nccl_ib_flush", _N, _WEAK,
+        r"NET/IB ?: Got completion from peer (?P<peer>\S+) with (?:error |status=)(?P<status>5)\b",
+        ("NET/IB",), True, "InfiniBand work request flushed (status 5) talking to {peer}",
+        ("n3:812:930 [2] NCCL WARN NET/IB : Got completion from peer 10.0.0.7<40213> with status=5 opcode=0 "
+         "len=0 vendor err 249 (Recv)",),
+    ),
     Signature(
         "nccl_ib_completion", _N, _ROOT,
         r"NET/IB ?: Got completion from peer (?P<peer>\S+) with (?:error |status=)(?P<status>\d+)",
@@ -104,6 +111,14 @@ CATALOG: tuple[Signature, ...] = (
         ("NCCL WARN",), True, "NCCL could not connect to a peer",
         ("n2:311:319 [4] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.2.0.1<43121> failed : "
          "Connection refused",),
+    ),
+    Signature(  # the printer waited for a peer that stopped answering: a victim's line (EFA/OFI, libfabric)
+        "net_peer_timeout", _N, _WEAK,
+        r"(?:NET/OFI[^\n]*completed with error[^\n]*(?:RC: 110\b|Connection timed out)|"
+        r"retries exhausted waiting for peer)",
+        ("RC: 110", "Connection timed out", "retries exhausted"), True, "a network peer stopped answering",
+        ("p5-1:7331:7339 [0] nccl_net_ofi_rdma.cpp:1318 NCCL WARN NET/OFI Request 0x7f1e completed with error. "
+         "RC: 110. Error: Connection timed out. Completed length: 0",),
     ),
     Signature(
         "nccl_net_failure", _N, _ROOT,
@@ -145,7 +160,8 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(
         "host_kernel_fault", _H, _ROOT,
-        r"(?:BUG: soft lockup|blocked for more than \d+ seconds|nfs: server (?P<server>\S+) not responding|"
+        r"(?:BUG: soft lockup|(?:task (?P<proc>[^\s:]+):(?P<pid>\d+) )?blocked for more than \d+ seconds|"
+        r"nfs: server (?P<server>\S+) not responding|"
         r"Machine check events logged|\[Hardware Error\]|EDAC MC\d+: \d+ UE |EXT4-fs error|"
         r"XFS \(\S+\): (?:Corruption|metadata I/O error)|Buffer I/O error|Kernel panic)",
         ("soft lockup", "blocked for more than", "not responding", "Machine check", "Hardware Error", " UE ",
@@ -309,6 +325,14 @@ CATALOG: tuple[Signature, ...] = (
         ("ChildFailedError", "exitcode:"), True, "torchrun saw a worker fail",
         ("torch.distributed.elastic.multiprocessing.api:[ERROR] failed (exitcode: -6) local_rank: 3 (pid: 1237)",),
     ),
+    Signature(  # DeepSpeed's launcher saw one of its local processes exit
+        "ds_launcher_exit", _F, _CASC,
+        r"sigkill_handler\] \[[^\]]*'--local_rank=(?P<local_rank>\d+)'[^\]]*\] "
+        r"exits with return code = (?P<code>-?\d+)",
+        ("exits with return code",), True, "DeepSpeed's launcher saw local rank {local_rank} exit with {code}",
+        ("n1: [ERROR] [launch.py:325:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=3'] exits with "
+         "return code = -11",),
+    ),
     Signature(
         "srun_task_exit", _S, _CASC,
         r"srun: error: (?P<node>[\w.-]+): tasks? (?P<tasks>[\d,-]+): (?P<what>Exited with exit code (?P<code>\d+)|"
@@ -326,9 +350,10 @@ CATALOG: tuple[Signature, ...] = (
     Signature(
         "nccl_comm_init", _D, _CTX,
         r"^(?P<node>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO (?:ncclCommInitRank )?comm 0x[0-9a-f]+ "
-        r"rank (?P<rank>\d+) nranks (?P<world>\d+)",
-        ("nranks",), None, "NCCL communicator of {world} ranks",
-        ("n3:2231:2290 [5] NCCL INFO comm 0x55d0c0 rank 13 nranks 16 cudaDev 5 busId ab000 - Init COMPLETE",),
+        r"rank (?P<rank>\d+) n[Rr]anks (?P<world>\d+)",
+        ("nranks", "nRanks"), None, "NCCL communicator of {world} ranks",
+        ("n3:2231:2290 [5] NCCL INFO comm 0x55d0c0 rank 13 nranks 16 cudaDev 5 busId ab000 - Init COMPLETE",
+         "n3:2231:2290 [5] NCCL INFO comm 0x55a8167a rank 13 nRanks 16 nNodes 2 localRanks 8 localRank 5 MNNVL 0"),
     ),
     Signature(
         "world_size", _D, _CTX,
@@ -340,6 +365,20 @@ CATALOG: tuple[Signature, ...] = (
     Signature(
         "elastic_box_host", _F, _CTX, r"^\s+host\s+: (?P<node>[A-Za-z0-9][\w.-]*)\s*$", ("host      :",), None,
         "torchrun failure on host {node}", ("  host      : dgx-b-04",),
+    ),
+    Signature(
+        "elastic_box_time", _F, _CTX, r"^\s+time\s+: (?P<at>\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d)\s*$",
+        ("time      :",), None, "torchrun failure time", ("  time      : 2024-08-23_13:16:09",),
+    ),
+    Signature(
+        "elastic_box_exit", _F, _CTX, r"^\s+exitcode\s+: (?P<code>-?\d+) \(pid: (?P<pid>\d+)\)",
+        ("exitcode  :",), None, "torchrun failure exit code {code}", ("  exitcode  : -6 (pid: 402117)",),
+    ),
+    Signature(  # DeepSpeed's launcher: which global ranks each host runs
+        "ds_rank_mapping", _F, _CTX,
+        r"global_rank_mapping=(?:defaultdict\(<class 'list'>, )?(?P<mapping>\{[^}]*\})",
+        ("global_rank_mapping",), None, "DeepSpeed rank mapping",
+        ("n1: [INFO] [launch.py:162:main] global_rank_mapping=defaultdict(<class 'list'>, {'n1': [0], 'n2': [1]})",),
     ),
     Signature(
         "elastic_box_rank", _F, _CTX, r"^\s+rank\s+: (?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)",
@@ -363,7 +402,7 @@ _NCCL_EXCEPTIONS = {"ncclSystemError": _N, "ncclRemoteError": _N, "ncclInternalE
                     "ncclUnhandledCudaError": _F, "ncclInvalidUsage": _F}  # fmt: skip
 # Hits that victims print about a peer or a collective: who prints them is not who caused them.
 VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "heartbeat_stuck",
-                     "nccl_remote_error", "stack_in_collective")
+                     "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout")
 
 
 def exception_role(name: str, role: Role, category: Category) -> tuple[Role, Category]:

@@ -6,7 +6,9 @@ such as a watchdog timeout, over cascade lines); among those, the earliest; GPU 
 the same node explains an application or framework error there; everything after the root on other
 ranks is cascade. Lines printed by the victims of a hang (timeouts, remote-peer errors, stacks inside a
 collective) name who they wait on, not who printed them (`localise.hang_suspects`); teardown lines
-alone give `unknown`; category, restartable and action always agree.
+alone give `unknown`; category, restartable and action always agree. A failed node's ranks are the
+job's ranks no source places elsewhere; NaN on ranks of several nodes, or the same error or teardown
+on every rank, names no rank; a host resource that ran out on one node of several is that node's fault.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from nvrx_hpc.attribution.api import (
 )
 from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
+from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
@@ -51,6 +54,11 @@ _SLURM_STATES = {  # job state -> (category, strength, restartable, text)
     "OUT_OF_MEMORY": (Category.HOST, 3, False, "Slurm's OOM killer ended the job"),
     "CANCELLED": (Category.SCHEDULER, 2, False, "the job was cancelled"),
 }
+# Causes that end a whole node: its ranks are the ones left when the others are placed elsewhere.
+_NODE_LOST = ("node_failure", "slurm.node_fail")
+# A host resource that runs out is the workload's demand, unless it ran out on one node of several that
+# ran the same work: then it is that node's state (a /dev/shm full of an earlier job's files).
+_NODE_LOCAL_WHEN_ALONE = ("shm_exhausted",)
 _SIGNAL_CAUSE = {  # signal -> (category, strength, text)
     "SIGSEGV": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGSEGV"),
     "SIGBUS": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGBUS"),
@@ -259,6 +267,9 @@ def _where(ranks: Sequence[int], nodes: Sequence[str], gpus: Sequence[str]) -> s
 def decide(f: Findings) -> Verdict:
     """The verdict over `f` (see the module docstring for the rules)."""
     record_time = {r.rank: r.time for r in f.records if r.rank is not None and r.time is not None}
+    for h in f.hits:  # torchrun's failure box says when its rank failed, like a failure record
+        if h.signature == "elastic_box_rank" and h.rank is not None and h.time is not None:
+            record_time.setdefault(h.rank, h.time)
     rank_nodes = _rank_nodes(f)
     causes = _causes(f, record_time)
     root, hit_ranks = _pick_root(causes, rank_nodes)
@@ -298,11 +309,18 @@ def decide(f: Findings) -> Verdict:
         category = Category.UNKNOWN
     if root.category is Category.GPU_HARDWARE and not ranks:
         ranks = sorted(_ranks_under_gpu(root, causes, rank_nodes))
-    if root.kind == "log" and len(ranks) >= 2 and universe and set(ranks) >= universe:
+    # Teardown lines name their ranks in srun's task lists: all of the job's ranks ended alike.
+    named = set(ranks) | {r for h in f.hits if root.kind == "log" and root.strength == 1
+                          and h.signature == root.signature for r in ranks_of(h.fields.get("tasks", ""))}  # fmt: skip
+    if root.kind == "log" and len(named) >= 2 and universe and named >= universe:
         ranks, nodes_from_co = [], False  # every rank failed the same way: the job's code or data, not one rank
+    if root.signature in _NODE_LOST and not ranks:
+        ranks = _ranks_of_lost_node({n for c in co for n in c.nodes}, universe, rank_nodes)
     nodes = sorted(({n for c in co for n in c.nodes} if nodes_from_co else set())
                    | {rank_nodes[r] for r in ranks if r in rank_nodes})  # fmt: skip
     gpus = sorted({g for c in co for g in c.gpus}) if nodes_from_co else []
+    if category is Category.NUMERICAL and len(nodes) >= 2:
+        ranks, nodes, gpus = [], [], []  # NaN on several nodes: the run diverged, no one GPU did it
     if category is Category.SCHEDULER:
         nodes, ranks, gpus = [], [], []  # a time limit or a cancel is the job's, not a node's
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
@@ -310,6 +328,8 @@ def decide(f: Findings) -> Verdict:
         restartable = False  # the workload's own failure comes back on any node
     elif category is Category.UNKNOWN:
         restartable = True
+    elif root.signature in _NODE_LOCAL_WHEN_ALONE and len(nodes) == 1 and set(rank_nodes.values()) - set(nodes):
+        restartable = True  # the job's other nodes ran the same work without it: this node's state
     corroborated = any(
         c.kind != root.kind and (set(c.ranks) & set(ranks) or set(c.nodes) & set(nodes)) for c in causes
     ) or (root.kind != "log" and any(c.kind == "log" and c.category is root.category for c in causes))
@@ -347,6 +367,23 @@ def decide(f: Findings) -> Verdict:
         exclude_nodes=exclude,
         signature=root.signature,
     )
+
+
+def _ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: dict[int, str]) -> list[int]:
+    """The ranks of a node that failed print nothing: they are the job's ranks that no source places on
+    another node, when those are one node's share (as many as each other node holds, when they hold the
+    same number; else at most as many as the fullest)."""
+    if len(lost) != 1 or not universe:
+        return []
+    elsewhere = defaultdict(set)
+    for r, n in rank_nodes.items():
+        if n not in lost:
+            elsewhere[n].add(r)
+    left = universe - {r for rs in elsewhere.values() for r in rs}
+    shares = {len(rs) for rs in elsewhere.values()}
+    if not left or not shares or len(left) > max(shares) or (len(shares) == 1 and len(left) not in shares):
+        return []
+    return sorted(left)
 
 
 def _ranks_under_gpu(root: _Cause, causes: list[_Cause], rank_nodes: dict[int, str]) -> set[int]:

@@ -1,0 +1,190 @@
+"""What the launchers say about ranks, and the ranks of the processes the kernel names by pid.
+
+torchrun prints a failure box per failed rank (`time :`, `host :`, `rank : G (local_rank: L)`,
+`exitcode : C (pid: P)`) and tags each worker line with its *local* rank (`[default5]:`); its own
+`failed (exitcode: C) local_rank: L (pid: P)` line names a local rank too. DeepSpeed's launcher prints
+which global ranks each host runs (`global_rank_mapping=...`) and, per host, which local process exited
+(`['--local_rank=3', ...] exits with return code = -11`). NCCL's `host:pid:tid` prefix and its
+`comm ... rank G nranks W` line tie a pid to a global rank. From these, `enrich` gives every hit the
+global rank and host the other lines say, and `name_victims` gives a kernel line that names only a pid
+(an OOM kill, a task blocked in the kernel, a segfault) the one rank a launcher saw die that way on
+that host. Pure functions over hits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+
+from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.lines import parse_time, ranks_of
+
+__all__ = ["enrich", "name_victims", "name_oom_victims", "NOT_HOSTS"]
+
+NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
+_MAPPING_ITEM = re.compile(r"'([^']+)': \[([\d, ]*)\]")
+_CRASH_CODES = {"-11", "-7", "-4", "139", "135", "132"}  # SIGSEGV, SIGBUS, SIGILL (negative or 128+N)
+_CRASH_WORDS = ("Segmentation fault", "Bus error")
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.lstrip("-").isdigit() else None
+
+
+def _pid(h: Hit) -> str | None:
+    return h.fields.get("pid") or h.fields.get("pid2")
+
+
+@dataclasses.dataclass
+class _Box:
+    """One entry of torchrun's failure box, keyed by the line of its `rank :`."""
+
+    rank: int
+    local: int | None
+    host: str | None = None
+    time: float | None = None
+    pid: str | None = None
+
+
+def _boxes(hits: Sequence[Hit]) -> dict[tuple[str, int], _Box]:
+    """(source, line of `rank :`) -> the box entry; `time :` is two lines above, `host :` one above,
+    `exitcode : C (pid: P)` one below."""
+    by_line = {(h.source, h.line): h for h in hits if h.signature.startswith("elastic_box_")}
+    out: dict[tuple[str, int], _Box] = {}
+    for (source, line), h in by_line.items():
+        if h.signature != "elastic_box_rank" or h.rank is None:
+            continue
+        box = _Box(h.rank, _int(h.fields.get("local_rank")))
+        host = by_line.get((source, line - 1))
+        if host is not None and host.signature == "elastic_box_host" and host.node:
+            box.host = host.node if host.node.lower() not in NOT_HOSTS else None
+        when = by_line.get((source, line - 2))
+        if when is not None and when.signature == "elastic_box_time":
+            box.time = parse_time(when.fields.get("at", "").replace("_", " "))
+        done = by_line.get((source, line + 1))
+        if done is not None and done.signature == "elastic_box_exit":
+            box.pid = done.fields.get("pid")
+        out[(source, line)] = box
+    return out
+
+
+def _ds_mapping(hits: Sequence[Hit]) -> dict[str, list[int]]:
+    """host -> its global ranks in order, from DeepSpeed's `global_rank_mapping=` line."""
+    for h in hits:
+        if h.signature == "ds_rank_mapping":
+            found = {host: [int(r) for r in ranks.replace(" ", "").split(",") if r]
+                     for host, ranks in _MAPPING_ITEM.findall(h.fields.get("mapping", ""))}  # fmt: skip
+            if found:
+                return found
+    return {}
+
+
+def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box]) -> dict[str, int]:
+    """pid -> global rank. Global sources first (torchrun's box, a line that carries both a pid and its
+    global rank, NCCL's world communicator); a local rank (`local_rank: 3 (pid: 2231)`) only for a pid
+    no global source names."""
+    world = max((int(h.fields["world"]) for h in hits if h.signature == "nccl_comm_init"
+                 and h.fields.get("world", "").isdigit()), default=0)  # fmt: skip
+    sure: dict[str, int] = {}
+    local: dict[str, int] = {}
+    for box in boxes.values():
+        if box.pid:
+            sure.setdefault(box.pid, box.rank)
+    for h in hits:
+        pid = _pid(h)
+        if not pid:
+            continue
+        if h.signature == "nccl_comm_init" and h.fields.get("world") != str(world):
+            continue  # a sub-communicator: its rank is not the global one
+        if h.rank is not None and "tee_local" not in h.fields:
+            sure.setdefault(pid, h.rank)
+        elif h.rank is not None or h.fields.get("local_rank", "").isdigit():
+            local.setdefault(pid, h.rank if h.rank is not None else int(h.fields["local_rank"]))
+    return {**local, **sure}
+
+
+def enrich(hits: Sequence[Hit]) -> list[Hit]:
+    """Give hits the global rank, host and failure time that other lines say: a pid named with its rank
+    elsewhere, torchrun's failure box (its host, time and pid for its rank; its local rank for the lines
+    `[defaultL]:` tags in the same file), DeepSpeed's rank mapping for its launcher's exit lines, and, in
+    a file whose box names one failed rank, that rank for the file's lines that name none."""
+    boxes = _boxes(hits)
+    pid_rank = _pid_ranks(hits, boxes)
+    mapping = _ds_mapping(hits)
+    in_box: dict[str, set[int]] = defaultdict(set)
+    local_global: dict[tuple[str, int], set[int]] = defaultdict(set)
+    exits: dict[tuple[str, int], _Box] = {}
+    for (source, line), box in boxes.items():
+        in_box[source].add(box.rank)
+        if box.local is not None:
+            local_global[(source, box.local)].add(box.rank)
+        exits[(source, line + 1)] = box
+    out = []
+    for h in hits:
+        rank, node, when = h.rank, h.node, h.time
+        if node and node.lower() in NOT_HOSTS:
+            node = None
+        tee = _int(h.fields.get("tee_local"))
+        if tee is not None and len(local_global.get((h.source, tee), ())) == 1:
+            rank = next(iter(local_global[(h.source, tee)]))  # torchrun's local rank -> its box's global one
+        if h.signature == "ds_launcher_exit" and node in mapping:
+            local = _int(h.fields.get("local_rank"))
+            ranks = mapping[node]
+            rank = ranks[local] if local is not None and 0 <= local < len(ranks) else rank
+        if rank is None:
+            pid = _pid(h)
+            rank = pid_rank.get(pid) if pid else None
+        if rank is None and h.signature == "elastic_child_failed":
+            rank = _int(h.fields.get("local_rank"))
+        if rank is None and len(in_box.get(h.source, ())) == 1:
+            rank = next(iter(in_box[h.source]))
+        box = boxes.get((h.source, h.line)) or exits.get((h.source, h.line))
+        if box is not None:
+            rank, node = box.rank, node or box.host
+            when = when if when is not None else box.time
+        if (rank, node, when) != (h.rank, h.node, h.time):
+            h = dataclasses.replace(h, rank=rank, node=node, time=when, clock=h.clock or ("iso" if when else ""))
+        out.append(h)
+    return out
+
+
+def name_victims(hits: Sequence[Hit]) -> list[Hit]:
+    """A kernel line that names only a pid on a host takes the one rank a launcher saw end that way there.
+
+    - An OOM kill, or a task blocked in the kernel (it ignores SIGTERM until its I/O returns): srun
+      reports the task it SIGKILLed, `Killed`; exactly one such task on that host is the process.
+    - A segfault, bus error or illegal instruction: exactly one rank on that host that srun
+      (`Segmentation fault`, `Bus error`), DeepSpeed's launcher or torchrun's box reports ending by
+      SIGSEGV, SIGBUS or SIGILL."""
+    killed: dict[str, set[int]] = defaultdict(set)
+    crashed: dict[str, set[int]] = defaultdict(set)
+    for h in hits:
+        if not h.node:
+            continue
+        if h.signature == "srun_task_exit":
+            what = h.fields.get("what", "")
+            if what == "Killed":
+                killed[h.node].update(ranks_of(h.fields.get("tasks", "")))
+            elif what in _CRASH_WORDS:
+                crashed[h.node].update(ranks_of(h.fields.get("tasks", "")))
+        elif h.signature in ("ds_launcher_exit", "elastic_box_exit") and h.rank is not None:
+            if h.fields.get("code") in _CRASH_CODES:
+                crashed[h.node].add(h.rank)
+    out = []
+    for h in hits:
+        if h.rank is None and h.node:
+            if h.signature in ("linux_oom_kill", "host_kernel_fault") and _pid(h):
+                victims = killed.get(h.node, set())
+            elif h.signature == "segfault":
+                victims = crashed.get(h.node, set())
+            else:
+                victims = set()
+            if len(victims) == 1:
+                h = dataclasses.replace(h, rank=next(iter(victims)))
+        out.append(h)
+    return out
+
+
+name_oom_victims = name_victims  # the name of its first rule, kept for callers
