@@ -1,6 +1,7 @@
 """Goodput under a steady stream of faults: effective training time of a job under `nvrx-hpc run`.
 
     python benchmarks/goodput.py [--minutes 30] [--mtbf 60] [--nodes 4] [--tasks-per-node 2] [--spares 2] [--json]
+    python benchmarks/goodput.py --inprocess [--spare-ranks 1] ...   # in-process restart first (docs/inprocess.md)
 
 One job of examples/train_ckpt.py (gloo, async checkpoints through nvrx_hpc.ckpt every 2 steps of 0.1 s)
 trains a fixed number of steps, chosen so that a fault-free run takes about `--minutes`. Every `--mtbf`
@@ -15,9 +16,15 @@ seconds one fault is injected at random:
 - Xid: a simulated Xid 79 on a random training node (the simulated GPU backend, chosen explicitly,
   read by the agents' health loop every second); also only while a spare remains.
 
+With `--inprocess` the job is examples/train_inprocess.py under `nvrx-hpc run --inprocess --spare-ranks K`
+(collective timeout and soft timeout 2 s each): a killed or hung rank is recovered inside the running ranks
+and its rank goes to a warm spare; once a step's spare ranks are used up, the next rank loss restarts the
+step (which brings fresh spares), as do node losses and Xids.
+
 Then the same steps run once more without faults. Figures: effective training time (ETTR) = steps x the
 fault-free run's time per step / the faulted run's wall time (first step to last); each fault's
-recovery time (from the injection to the first training step after it); and whether the final model
+recovery time (from the injection to the first training step after it; in-process: to the last rank back
+in the training function); and whether the final model
 hash equals the fault-free run's. `--json` prints one object with at least ettr, faults, recoveries_s
 and hash_equal. Nodes lost or given an Xid are brought back at the end.
 """
@@ -47,6 +54,7 @@ from nvrx_hpc.launcher.status import read_status  # noqa: E402
 from nvrx_hpc.slurm.devcluster import DevCluster, DevClusterSpec  # noqa: E402
 
 TRAIN = REPO / "examples" / "train_ckpt.py"
+TRAIN_INPROCESS = REPO / "examples" / "train_inprocess.py"
 STEP_TIME = 0.1
 KINDS = ("crash", "hang", "node", "xid")
 
@@ -62,13 +70,19 @@ class Goodput(Bench):
         a = self.args
         run_dir = self.work / name
         run = [sys.executable, "-m", "nvrx_hpc", "run", "--spares", str(a.spares), "--max-restarts", "100000",
-               "--health-interval", "1", "--run-dir", str(run_dir), "--"]  # fmt: skip
-        train = [sys.executable, str(TRAIN), "--steps", str(steps), "--ckpt-every", "2", "--step-time", str(STEP_TIME),
-                 "--hidden", "32", "--bb-dir", f"{self.cluster.layout.root}/bb/{{domain}}/{name}-{os.getpid()}",
-                 "--out", str(run_dir)]  # fmt: skip
+               "--health-interval", "1", "--run-dir", str(run_dir)]  # fmt: skip
+        script_path = TRAIN
+        env = "export NVRX_HEALTH__GPU_BACKEND=sim NVRX_LAUNCHER__EXCLUDE_AFTER=100000\n"
+        if a.inprocess:
+            script_path = TRAIN_INPROCESS
+            run += ["--tasks-per-node", str(a.tasks_per_node), "--inprocess", "--spare-ranks", str(a.spare_ranks),
+                    "--heartbeat-timeout", "60"]  # fmt: skip
+            env += "export NVRX_INPROCESS__PG_TIMEOUT_S=2 NVRX_INPROCESS__SOFT_TIMEOUT_S=2\n"
+        train = [sys.executable, str(script_path), "--steps", str(steps), "--ckpt-every", "2", "--step-time",
+                 str(STEP_TIME), "--hidden", "32",
+                 "--bb-dir", f"{self.cluster.layout.root}/bb/{{domain}}/{name}-{os.getpid()}", "--out", str(run_dir)]
         # A rank fault is the software's, not the node's: it must not cost a healthy node (exclude_after).
-        body = ("export NVRX_HEALTH__GPU_BACKEND=sim NVRX_LAUNCHER__EXCLUDE_AFTER=100000\n"
-                "exec " + shlex.join([*run, *train]))  # fmt: skip
+        body = env + "exec " + shlex.join([*run, "--", *train])  # fmt: skip
         script = self.work / f"{name}.sh"
         script.write_text("#!/bin/bash\n" + body + "\n")
         done = subprocess.run(
@@ -101,11 +115,14 @@ class Goodput(Bench):
         for fault in injected:
             after = [e["time"] for e in seen
                      if e["kind"] == "launcher.step.first_iteration" and e["time"] > fault["at"]]
+            back = _inprocess_back(seen, fault["at"])
+            after = [t for t in [*after, back] if t is not None]
             fault["recovery_s"] = round(min(after) - fault["at"], 2) if after else None
         hash_file = run_dir / "final_hash.txt"
         return {"job": job, "wall_s": end - first["time"], "faults": injected,
                 "hash": hash_file.read_text().strip() if hash_file.exists() else None,
-                "restarts": sum(1 for e in seen if e["kind"] == "launcher.restart")}  # fmt: skip
+                "restarts": sum(1 for e in seen if e["kind"] == "launcher.restart"),
+                "inprocess_restarts": sum(1 for e in seen if e["kind"] == "inprocess.restart")}  # fmt: skip
 
     def fault(self, name: str, run_dir: Path, rng: random.Random, job: str) -> dict:
         status = read_status(run_dir) or {}
@@ -131,7 +148,8 @@ class Goodput(Bench):
             return {"kind": kind, "node": node, "at": at}
         world = self.args.nodes * self.args.tasks_per_node
         rank = rng.randrange(world)
-        pid = self._pid_of_rank(name, rank)
+        slot = _slot_of(read_events(run_dir / "events.jsonl"), rank) if self.args.inprocess else rank
+        pid = self._pid_of_rank(name, rank if slot is None else slot)
         at = time.time()
         os.kill(pid, 9 if kind == "crash" else 19)  # SIGKILL, SIGSTOP
         return {"kind": kind, "rank": rank, "at": at}
@@ -160,6 +178,31 @@ class Goodput(Bench):
                 self.cluster.backend.resume([node])
 
 
+def _inprocess_back(events: list[dict], at: float) -> float | None:
+    """In-process restart: when the last rank of the first round started wholly after `at` was back in the
+    training function (None: no such round)."""
+    rounds: dict[tuple, list[float]] = {}
+    for e in events:
+        if e["kind"] == "inprocess.round.started":
+            key = (e["detail"].get("round"), e.get("source"), _step_of(events, e["time"]))
+            rounds.setdefault(key, []).append(e["time"])
+    whole = [max(times) for times in rounds.values() if min(times) > at]
+    return min(whole) if whole else None
+
+
+def _slot_of(events: list[dict], rank: int) -> int | None:
+    """The Slurm task that holds torch rank `rank` now (in-process restart moves ranks to spare tasks)."""
+    step = _step_of(events, float("inf"))
+    held = [e for e in events if e["kind"] == "inprocess.round.started" and e.get("rank") == rank
+            and _step_of(events, e["time"]) == step]  # fmt: skip
+    return held[-1]["detail"]["slot"] if held else None
+
+
+def _step_of(events: list[dict], t: float) -> int:
+    """Which training step (launcher.step.started before `t`) an event belongs to: rounds restart at 0 in each."""
+    return sum(1 for e in events if e["kind"] == "launcher.step.started" and e["time"] <= t)
+
+
 def _wait_event(run_dir: Path, kind: str, after: float, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -183,6 +226,9 @@ def main() -> None:
     parser.add_argument("--step-s", type=float, default=0.16,
                         help="expected fault-free seconds per step, to size the run (default 0.16)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--inprocess", action="store_true",
+                        help="nvrx-hpc run --inprocess (examples/train_inprocess.py)")
+    parser.add_argument("--spare-ranks", type=int, default=1, help="with --inprocess: warm spare ranks per node")
     parser.add_argument("--state-dir", default="/tmp/nvrx-goodput-cluster", help="dev cluster (brought up if needed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
@@ -214,7 +260,8 @@ def main() -> None:
         "faults_by_kind": {k: sum(1 for f in faulted["faults"] if f["kind"] == k) for k in KINDS},
         "recoveries_s": recoveries, "restarts": faulted["restarts"],
         "hash_equal": faulted["hash"] is not None and faulted["hash"] == clean["hash"],
-        "mtbf_s": args.mtbf, "minutes": args.minutes,
+        "mtbf_s": args.mtbf, "minutes": args.minutes, "inprocess": args.inprocess,
+        "inprocess_restarts": faulted["inprocess_restarts"],
     }  # fmt: skip
     if args.json:
         print(json.dumps(result))

@@ -94,7 +94,8 @@ class Bench:
     # ------------------------------------------------------------------ faults
 
     def _pid_of_rank(self, name: str, rank: int, timeout: float = 60) -> int:
-        """The training process of `rank` (`python train_ckpt.py ...`): not the launcher or srun, whose
+        """The training process of `rank` (its Slurm task id; `python train_ckpt.py ...` or
+        train_inprocess.py): not the launcher or srun, whose
         command lines name the script too and carry the batch step's SLURM_PROCID=0."""
         marker = str(self.work / name).encode()
         deadline = time.monotonic() + timeout
@@ -108,7 +109,7 @@ class Bench:
                 except OSError:
                     continue
                 script = argv.split(b"\0")[1:2]
-                if script and script[0].endswith(b"train_ckpt.py") and marker in argv \
+                if script and script[0].endswith((b"train_ckpt.py", b"train_inprocess.py")) and marker in argv \
                         and f"SLURM_PROCID={rank}".encode() in environ:
                     return int(entry.name)
             time.sleep(0.2)

@@ -125,6 +125,7 @@ class InprocessWrapper:
                 self.link.report_fault(round, reason)
             self._errors.append(reason)
         else:
+            self._emit("inprocess.finished", rank=rank, round=round, slot=self.s.slot)
             self.rdv.finish()  # the spares may go home
             if dist.is_initialized():
                 dist.destroy_process_group()
@@ -140,8 +141,11 @@ class InprocessWrapper:
         import torch.distributed as dist
 
         store = dist.PrefixStore(f"{self.s.namespace}/r{round}/pg", self.store)
+        # Joining may take long on a loaded node (every rank of the round must arrive): the hard timeout.
+        # Collectives then get the short one, so that a hung peer ends the round quickly.
         dist.init_process_group(self.backend, store=store, rank=rank, world_size=self.s.world_size,
-                                timeout=timedelta(seconds=self.s.pg_timeout_s))
+                                timeout=timedelta(seconds=self.s.hard_timeout_s))
+        dist.group.WORLD.set_timeout(timedelta(seconds=self.s.pg_timeout_s))
         os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(self.s.world_size)
 
     def _teardown(self, ctx: Context) -> None:

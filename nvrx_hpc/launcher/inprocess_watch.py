@@ -11,9 +11,10 @@ which stops the step and restarts it as without in-process restart.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from nvrx_hpc.core import messages as m
-from nvrx_hpc.core.events import EventLog
+from nvrx_hpc.core.events import EventLog, read_events
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.core.messages import RankEventKind
 from nvrx_hpc.launcher.hub import AgentHub, HubEvent
@@ -24,8 +25,9 @@ __all__ = ["InprocessWatch"]
 
 class InprocessWatch:
     def __init__(self, hub: AgentHub, events: EventLog, nodes: list[str], settings: InprocessRun,
-                 spare_slots: int, clock=time) -> None:  # fmt: skip
+                 spare_slots: int, world: int, clock=time) -> None:  # fmt: skip
         self.hub = hub
+        self.world = world
         self.events = events
         self.nodes = nodes
         self.s = settings
@@ -63,7 +65,7 @@ class InprocessWatch:
         if (msg.exit_code == 0 and not msg.signal) or msg.exit_code == ExitCode.INPROCESS_ESCALATE:
             return False
         if msg.exit_code is None and not msg.signal and msg.reason == "finished":
-            return False  # it said goodbye: an exit of its own (done, escalating, or replaced)
+            return True  # it said goodbye: an exit of its own (done, or replaced); never a death
         if self.spares_left <= 0:
             self.events.emit("inprocess.no_spare", node=event.node, rank=msg.rank,
                              reason="a rank died and no spare rank is left: the step restarts")
@@ -77,6 +79,20 @@ class InprocessWatch:
         self._restart(round, [msg.rank], f"rank {msg.rank} on {event.node} died")
         if not meeting:
             self.round += 1
+        return True
+
+    def finished_despite(self, rc: int, run_dir: Path, since: float) -> bool:
+        """Every rank returned from the training function in this step (`inprocess.finished` events): then the
+        step's non-zero exit code `rc` is only a lost rank's (srun reports a killed task's 137)."""
+        try:
+            done = {e.get("rank") for e in read_events(run_dir / "events.jsonl")
+                    if e.get("kind") == "inprocess.finished" and e.get("time", 0) >= since}  # fmt: skip
+        except OSError:
+            return False
+        if not self.lost or len(done - {None}) < self.world:
+            return False
+        self.events.emit("launcher.step.lost_ranks_exit", returncode=rc, lost=sorted(self.lost),
+                         reason=f"exit code {rc} is a lost rank's: every rank finished the training in-process")
         return True
 
     def explains(self, verdict: object) -> bool:

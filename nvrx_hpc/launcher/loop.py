@@ -426,9 +426,11 @@ class Launcher:
         watch = StepWatch(self.hub, self.events, self.s, self._clock)
         if ip.enabled:
             watch.inprocess = self._inprocess = InprocessWatch(hub, self.events, nodes, ip, ip.spare_ranks * len(nodes),
-                                                               self._clock)
+                                                               per_node * len(nodes), self._clock)
         findings, max_iteration, rc = await watch.run(step, nodes)
         self._ranks.update(watch.ranks)
+        if rc and not findings and ip.enabled and self._inprocess.finished_despite(rc, self.run_dir, started):
+            rc = 0
         self.events.emit("launcher.step.ended", attempt=index, restart=restart, returncode=rc,
                          duration_s=round(time.time() - started, 3), max_iteration=max_iteration)
         if rc == 0:
