@@ -9,9 +9,7 @@ ranks of examples/train_inprocess.py under `nvrx-hpc run --inprocess`, with `--s
 --ckpt-every 2` (a checkpoint every 2 steps through nvrx_hpc.ckpt, partner copies). The hang job sets
 NVRX_INPROCESS__PG_TIMEOUT_S = NVRX_INPROCESS__SOFT_TIMEOUT_S = 2; the exception and sigkill jobs keep the
 defaults (30 s and 5 s), which their figures do not wait for (a raise or a death is reported by the agent at
-once). With 2 s there, 20 tasks on this loaded 2-core box could not form a round at all: the process group's
-init also waits at most pg_timeout, some rank always missed it, and 50 rounds later the step escalated. The
-settings are reported with the figures.
+once). The settings are reported with the figures.
 
 One job per fault kind, its `--faults` faults fired one after another by the example itself (fault i at step
 6 * (i + 1), on torch ranks 1, 2, 5, 6, 3, 4, 7, 0, 1, 2, ...: every node in turn, at most 3 per node for 10):
@@ -32,8 +30,7 @@ is recovered - fault; p50 and p99 over the faults of the kind (linear interpolat
 about the largest). A fault whose recovery escalated to a step restart gives no sample (the later faults then
 never fire: they are only armed in the job's first step); `step_restarts` says if that happened. Only the job's
 first training step is measured: once it ends (`first_step`: its return code and last iteration) the job is
-cancelled. (At this commit a first step whose lost ranks were replaced in-process ends with srun's 137, the
-code of the SIGKILLed tasks, although training finished, and the launcher would restart the step.)
+cancelled.
 
 Next to it:
 
