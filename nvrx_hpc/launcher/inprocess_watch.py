@@ -36,6 +36,7 @@ class InprocessWatch:
         self.spares_left = spare_slots
         self.lost: set[int] = set()
         self.recovered: list[str] = []  # the errors of rounds that were recovered in-process
+        self.escalated = False  # a loss it could not absorb: the step is being stopped
         self._restarted_at = float("-inf")
 
     def take(self, event: HubEvent) -> bool:
@@ -67,8 +68,10 @@ class InprocessWatch:
         if msg.exit_code is None and not msg.signal and msg.reason == "finished":
             return True  # it said goodbye: an exit of its own (done, or replaced); never a death
         if self.spares_left <= 0:
-            self.events.emit("inprocess.no_spare", node=event.node, rank=msg.rank,
-                             reason="a rank died and no spare rank is left: the step restarts")
+            if not self.escalated:  # once: the step's stop then ends every other rank too
+                self.escalated = True
+                self.events.emit("inprocess.no_spare", node=event.node, rank=msg.rank,
+                                 reason="a rank died and no spare rank is left: the step restarts")
             return False
         self.lost.add(msg.rank)
         self.spares_left -= 1
