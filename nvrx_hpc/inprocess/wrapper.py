@@ -25,7 +25,7 @@ __all__ = ["Context", "InprocessWrapper"]
 log = logging.getLogger(__name__)
 
 _SPARE_TICK_S = 0.5  # a waiting spare heartbeats (it is alive) and looks whether the training is done
-SAME_ERROR_ROUNDS = 3  # the same error of this rank's own this many rounds in a row: restarting here cannot help
+SAME_ERROR_ROUNDS = 3  # this rank's same error, rounds in a row without new progress: restarting cannot help
 
 
 @dataclass
@@ -77,7 +77,8 @@ class InprocessWrapper:
         self.link = worker_api.link()
         if self.link is not None:
             self.link.on_restart = self.interrupter.notice
-        self._errors: list[str] = []  # this rank's own errors, one per round it ended
+        self._errors: list[str] = []  # this rank's own errors of the rounds since training last got further
+        self._best: int | None = None  # the highest iteration (worker.set_iteration) any round reached
         self.node = os.environ.get("SLURMD_NODENAME")
         run_dir = os.environ.get("NVRX_RUN_DIR")
         self.events = EventLog(Path(run_dir) / "events.jsonl", source="inprocess") if run_dir else None
@@ -132,9 +133,12 @@ class InprocessWrapper:
             return False, result
         self._emit("inprocess.round.ended", rank=rank, round=round, slot=self.s.slot, reason=reason)
         self._teardown(ctx)
+        reached = self.link.last_iteration if self.link is not None else None
+        if reached is not None and (self._best is None or reached > self._best):
+            self._best, self._errors = reached, self._errors[-1:]  # it got further: a repeat is not a loop
         last = self._errors[-SAME_ERROR_ROUNDS:]
         if len(last) == SAME_ERROR_ROUNDS and last[0] and len(set(last)) == 1:
-            self._escalate(f"the same error ended {SAME_ERROR_ROUNDS} rounds in a row: {reason}")
+            self._escalate(f"the same error ended {SAME_ERROR_ROUNDS} rounds in a row without progress: {reason}")
         return True, None
 
     def _init_group(self, round: int, rank: int) -> None:

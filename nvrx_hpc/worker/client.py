@@ -103,6 +103,7 @@ class Client:
         self.stop = False
         self.stop_reason: Any = None
         self.on_restart: Any = None  # called on the link thread with each a.restart (nvrx_hpc.inprocess sets it)
+        self.last_iteration: int | None = None
         self.beats = 0
         self.last_beat = 0.0  # monotonic time of the last heartbeat()
         self.events: deque[Any] = deque()  # records of nvrx_hpc.core.messages, oldest first
@@ -206,6 +207,7 @@ class Client:
 
     def set_iteration(self, n: int) -> None:
         n = operator.index(n)
+        self.last_iteration = n
         self.push(messages.Iteration(rank=self.rank, n=n, t=_now()))
 
     def stop_requested(self) -> bool:

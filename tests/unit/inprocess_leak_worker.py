@@ -16,6 +16,7 @@ from nvrx_hpc import inprocess
 
 FAULTY_ROUNDS = int(sys.argv[1])
 OUT = sys.argv[2]
+SAME = sys.argv[3:] == ["same"]  # the same error every round (a bug, not a transient fault)
 _proc = psutil.Process()
 
 
@@ -27,8 +28,8 @@ def train(ctx: inprocess.Context) -> float:
     with open(OUT, "a") as f:
         f.write(json.dumps(sample) + "\n")
     if ctx.round < FAULTY_ROUNDS:
-        if ctx.rank == ctx.round % ctx.world_size:
-            raise RuntimeError(f"injected fault in round {ctx.round}")
+        if ctx.rank == (0 if SAME else ctx.round % ctx.world_size):
+            raise RuntimeError("injected bug" if SAME else f"injected fault in round {ctx.round}")
         while True:  # the others sit in collectives until the failed rank's teardown breaks them
             dist.all_reduce(t)
     return float(t[0])
