@@ -209,6 +209,8 @@ def classify_line(
     if boot is not None:
         fields["boot_s"] = boot
     rank = prefix_rank
+    if "culprit" in fields:  # the line names another rank as the one at fault (Horovod's missing ranks)
+        rank = int(fields.pop("culprit"))
     if rank is None and "rank" in fields:
         rank = int(fields.pop("rank"))
     fields.pop("rank", None)
