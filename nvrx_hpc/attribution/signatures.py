@@ -395,6 +395,11 @@ CATALOG: tuple[Signature, ...] = (
         ("global_rank_mapping",), None, "DeepSpeed rank mapping",
         ("n1: [INFO] [launch.py:162:main] global_rank_mapping=defaultdict(<class 'list'>, {'n1': [0], 'n2': [1]})",),
     ),
+    Signature(  # Ray Train lists its workers' pids with their global ranks; its log prefix names the pid
+        "ray_worker_rank", _F, _CTX, r"\bpid=(?P<pid>\d+)\) world_rank=(?P<rank>\d+)", ("world_rank=",), None,
+        "Ray Train worker of rank {rank}",
+        ("(TorchTrainer pid=93, ip=10.0.0.1) - (node_id=9c1e, ip=10.0.0.2, pid=18870) world_rank=4, local_rank=0",),
+    ),
     Signature(
         "elastic_box_rank", _F, _CTX, r"^\s+rank\s+: (?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)",
         ("(local_rank:",), None, "torchrun failure of rank", ("  rank      : 6 (local_rank: 6)",),
