@@ -304,8 +304,9 @@ CATALOG: tuple[Signature, ...] = (
     Signature(  # Horovod's stall inspector: under `Missing ranks:`, each rank that never submitted the tensors
         "horovod_missing_rank", _D, _ROOT,
         r"^(?:(?P<culprit>\d+): )?\[(?:allreduce|allgather|broadcast|alltoall|reducescatter|grouped_allreduce)\.",
-        ("[allreduce.", "[allgather.", "[broadcast.", "[alltoall.", "[reducescatter.", "[grouped_allreduce."), True, "rank never submitted the tensors the others wait on (Horovod stall)",
-        ("[1,0]<stderr>:6: [allreduce.emb_tables.user_id.weight, allreduce.dense_arch.0.weight ...]",),
+        ("[allreduce.", "[allgather.", "[broadcast.", "[alltoall.", "[reducescatter.", "[grouped_allreduce."), True,
+        "rank never submitted the tensors the others wait on (Horovod stall)",
+        ("[1,0]<stderr>:6: [allreduce.emb_tables.user_id.weight, allreduce.dense.weight ...]",),
     ),
     Signature(
         "horovod_stall", _D, _WEAK,
