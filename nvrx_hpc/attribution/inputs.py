@@ -32,7 +32,9 @@ __all__ = [
 ]
 
 REPORT_NAMES = ("report.json", "report.md", "report.html")
-_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)")
+# a global rank in a file name; a node's, machine's, group's or local rank (torchrun's `--node-rank`,
+# Accelerate's `--machine_rank`) is not one
+_RANK_IN_NAME = re.compile(r"(?<!node[-_])(?<!node)(?<!machine[-_])(?<!group[-_])(?<!local[-_])rank[-_]?(\d+)")
 _FR_NAME = re.compile(r"(?:_dump_|trace_rank_|fr[-_]rank[-_]?)\d+$|\.pkl$|\.pickle$")
 _SKIP_SUFFIX = (".lock", ".tmp", ".sock", ".pid")
 _SIGNAL_NAMES = {4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}

@@ -31,7 +31,8 @@ _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                         "Dec"), 1)}  # fmt: skip
 _SYSLOG = re.compile(r"^(?:<\d+>)?(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
                      r"(?:\.\d+)? (?P<host>[A-Za-z0-9][\w.-]*) ")
-_JOURNAL_ISO = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?)(?:Z|[+-]\d\d:?\d\d)? "
+# journalctl `-o short-iso` and RFC 5424 syslog (`<4>1 2024-10-02T14:32:40.117+02:00 host kernel - - - ...`)
+_JOURNAL_ISO = re.compile(r"^(?:<\d{1,3}>\d )?(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?)(?:Z|[+-]\d\d:?\d\d)? "
                           r"(?P<host>[A-Za-z0-9][\w.-]*) ")
 _DMESG_T = re.compile(r"^\[(?:[A-Z][a-z]{2} )?(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) "
                       r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d) (?P<y>\d{4})\] ")
@@ -209,6 +210,8 @@ def classify_line(
     if boot is not None:
         fields["boot_s"] = boot
     rank = prefix_rank
+    if "culprit" in fields:  # the line names another rank as the one at fault (Horovod's missing ranks)
+        rank = int(fields.pop("culprit"))
     if rank is None and "rank" in fields:
         rank = int(fields.pop("rank"))
     fields.pop("rank", None)

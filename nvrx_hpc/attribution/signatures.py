@@ -301,6 +301,21 @@ CATALOG: tuple[Signature, ...] = (
         ("Timed out", "timed out"), True, "a collective timed out",
         ("RuntimeError: ProcessGroupGloo::allreduce: Timed out after 30000 ms",),
     ),
+    Signature(  # Horovod's stall inspector: under `Missing ranks:`, each rank that never submitted the tensors
+        "horovod_missing_rank", _D, _ROOT,
+        r"^(?:(?P<culprit>\d+): )?\[(?:allreduce|allgather|broadcast|alltoall|reducescatter|grouped_allreduce)\.",
+        ("[allreduce.", "[allgather.", "[broadcast.", "[alltoall.", "[reducescatter.", "[grouped_allreduce."), True,
+        "rank never submitted the tensors the others wait on (Horovod stall)",
+        ("[1,0]<stderr>:6: [allreduce.emb_tables.user_id.weight, allreduce.dense.weight ...]",),
+    ),
+    Signature(
+        "horovod_stall", _D, _WEAK,
+        r"(?:Horovod has been stalled for more than \d+ seconds|submitted to be reduced, gathered or broadcasted "
+        r"by subset of ranks)",
+        ("Horovod has been stalled", "by subset of ranks"), True, "Horovod stalled waiting for ranks",
+        ("[2024-03-11 20:17:18.727803: E horovod/common/stall_inspector.cc:130] Horovod has been stalled for more "
+         "than 900 seconds. Will shutdown.",),
+    ),
     Signature(
         "watchdog_progress", _D, _CTX,
         r"(?:Timeout at NCCL work|detected by watchdog at work): (?P<seq>\d+), last enqueued NCCL work: "
@@ -380,6 +395,11 @@ CATALOG: tuple[Signature, ...] = (
         ("global_rank_mapping",), None, "DeepSpeed rank mapping",
         ("n1: [INFO] [launch.py:162:main] global_rank_mapping=defaultdict(<class 'list'>, {'n1': [0], 'n2': [1]})",),
     ),
+    Signature(  # Ray Train lists its workers' pids with their global ranks; its log prefix names the pid
+        "ray_worker_rank", _F, _CTX, r"\bpid=(?P<pid>\d+)\) world_rank=(?P<rank>\d+)", ("world_rank=",), None,
+        "Ray Train worker of rank {rank}",
+        ("(TorchTrainer pid=93, ip=10.0.0.1) - (node_id=9c1e, ip=10.0.0.2, pid=18870) world_rank=4, local_rank=0",),
+    ),
     Signature(
         "elastic_box_rank", _F, _CTX, r"^\s+rank\s+: (?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)",
         ("(local_rank:",), None, "torchrun failure of rank", ("  rank      : 6 (local_rank: 6)",),
@@ -396,13 +416,14 @@ CATALOG: tuple[Signature, ...] = (
 
 # Exceptions that are the visible end of a failure elsewhere, not a cause of their own.
 CASCADE_EXCEPTIONS = ("DistBackendError", "ChildFailedError", "KeyboardInterrupt", "DistNetworkError", "SystemExit",
-                      "SignalException")
+                      "SignalException", "HorovodInternalError")
 # NCCL's own error types name where the trouble is; they are a cause only when nothing stronger is found.
 _NCCL_EXCEPTIONS = {"ncclSystemError": _N, "ncclRemoteError": _N, "ncclInternalError": _F,
                     "ncclUnhandledCudaError": _F, "ncclInvalidUsage": _F}  # fmt: skip
 # Hits that victims print about a peer or a collective: who prints them is not who caused them.
 VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "heartbeat_stuck",
-                     "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout")
+                     "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout",
+                     "horovod_stall")
 
 
 def exception_role(name: str, role: Role, category: Category) -> tuple[Role, Category]:
