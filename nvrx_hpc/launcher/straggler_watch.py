@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = ["StragglerWatch", "SCORES_FILE"]
 log = logging.getLogger(__name__)
 
 SCORES_FILE = "stragglers.json"  # in the run directory: every rank's last scores
+SLICE = 256  # ranks scored between two turns of the event loop
 
 
 class StragglerWatch:
@@ -36,7 +38,6 @@ class StragglerWatch:
         self.hub = hub
         self.detector = StragglerDetector(settings)
         self.flags: dict[int, RankScore] = {}
-        self.scores: list[RankScore] = []
         self._control: dict[str, Any] = {}
         self._rejected: str | None = None
 
@@ -60,32 +61,48 @@ class StragglerWatch:
             await self.tick_async()
 
     def tick(self) -> list[RankScore]:
-        """Apply the control file, then score the window that ends now."""
-        self._reload_control()
-        scores = self.detector.close_window() if self._scoring() else []
-        self._publish(scores)
-        for node, ranks in self._per_node(scores).items():
-            self.hub.send(node, m.StragglerFlags, ranks=ranks)
-        self._write_scores(scores)
+        """Apply the control file, then score the window that ends now and publish it."""
+        scores: list[RankScore] = []
+        for _ in self._tick(scores):
+            pass
         return scores
 
     async def tick_async(self) -> list[RankScore]:
-        """`tick()` a part of the ranks at a time, the event loop running between parts: at 16k ranks a
-        failure frame arriving meanwhile must not wait ~0.2 s. Timings keep arriving into the next window."""
-        self._reload_control()
+        """`tick()` in slices of at most a few hundred ranks, the event loop running between them: at 16k ranks
+        the whole of it is ~0.4 s of Python, which a failure frame arriving meanwhile must not wait for.
+        Timings keep arriving into the next window."""
         scores: list[RankScore] = []
-        if self._scoring():
-            for part in self.detector.close_window_in_parts():
-                scores += part
-                await asyncio.sleep(0)
-        self._publish(scores)
-        for i, (node, ranks) in enumerate(self._per_node(scores).items()):
-            self.hub.send(node, m.StragglerFlags, ranks=ranks)
-            if i % 256 == 255:
-                await asyncio.sleep(0)
-        await asyncio.sleep(0)
-        self._write_scores(scores)
+        for _ in self._tick(scores):
+            await asyncio.sleep(0)
         return scores
+
+    def _tick(self, scores: list[RankScore]) -> Iterator[None]:
+        """The window's work, yielding between slices; `scores` is filled in."""
+        self._reload_control()
+        if self._scoring():
+            for part in self.detector.close_window_in_parts(SLICE):
+                scores += part
+                yield
+        self._publish(scores)
+        yield
+        by_node: dict[str, dict[str, dict]] = {}  # what each agent is sent for its metrics: its own ranks only
+        for i, x in enumerate(scores):
+            if x.node:
+                by_node.setdefault(x.node, {})[str(x.rank)] = {"score": round(x.score, 3), "flagged": x.flagged,
+                                                               "kind": x.kind}  # fmt: skip
+            if i % (4 * SLICE) == 4 * SLICE - 1:
+                yield
+        for i, (node, ranks) in enumerate(by_node.items()):
+            self.hub.send(node, m.StragglerFlags, ranks=ranks)
+            if i % (SLICE // 2) == SLICE // 2 - 1:
+                yield
+        body = []  # every rank's scores for SCORES_FILE
+        for start in range(0, len(scores), 4 * SLICE):
+            text = json.dumps({str(x.rank): x.to_dict() for x in scores[start : start + 4 * SLICE]},
+                              separators=(",", ":"))  # fmt: skip
+            body.append(text[1:-1])
+            yield
+        self._write_scores(",".join(body))
 
     def status(self) -> dict[str, Any]:
         """For status.json: the settings and the flagged ranks (every rank's scores: SCORES_FILE)."""
@@ -106,7 +123,7 @@ class StragglerWatch:
 
     def _scoring(self) -> bool:
         if not self.settings.enabled:
-            self.detector.window.clear()
+            self.detector.clear_window()
         return self.settings.enabled
 
     def _publish(self, scores: list[RankScore]) -> None:
@@ -120,21 +137,10 @@ class StragglerWatch:
             if rank not in flagged:
                 self.events.emit("launcher.straggler.cleared", node=x.node, rank=rank,
                                  window=self.detector.windows_closed)
-        self.flags, self.scores = flagged, scores
+        self.flags = flagged  # the scores themselves are not kept: SCORES_FILE has them
 
-    @staticmethod
-    def _per_node(scores: list[RankScore]) -> dict[str, dict[str, dict]]:
-        """What each agent is sent for its metrics: its own ranks' scores only."""
-        by_node: dict[str, dict[str, dict]] = {}
-        for x in scores:
-            if x.node:
-                by_node.setdefault(x.node, {})[str(x.rank)] = {"score": round(x.score, 3), "flagged": x.flagged,
-                                                               "kind": x.kind}  # fmt: skip
-        return by_node
-
-    def _write_scores(self, scores: list[RankScore]) -> None:
+    def _write_scores(self, body: str) -> None:
         """Every rank's last scores, once a window (`nvrx-hpc straggler show`), atomically."""
-        body = ",".join(f'"{x.rank}":' + json.dumps(x.to_dict(), separators=(",", ":")) for x in scores)
         path = self.run_dir / SCORES_FILE
         tmp = path.with_name(f".{SCORES_FILE}.tmp")
         try:
