@@ -133,7 +133,7 @@ def _poll(control, timeout: float):
 async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dict:
     from nvrx_hpc.core.events import EventLog
     from nvrx_hpc.launcher.culprit import pick_culprit
-    from nvrx_hpc.launcher.hub import AgentHub
+    from nvrx_hpc.launcher.hub import AgentHub, freeze_long_lived
     from nvrx_hpc.launcher.monitor import StepWatch
     from nvrx_hpc.launcher.policy import Attempt, Outcome, RestartPolicy
     from nvrx_hpc.launcher.settings import RunSettings, agent_status_s
@@ -207,6 +207,7 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
         missing = await hub.wait_for_agents(nodes, timeout=120 + len(nodes) / 20)
         if missing:
             raise SystemExit(f"{len(missing)} of {len(nodes)} simulated agents never said hello")
+        freeze_long_lived()  # as the launcher does
         await asyncio.sleep(2.0)  # every agent has sent its first status
         gc.callbacks.append(pauses.collected)
         cpu0, wall0, n0 = sum(me.cpu_times()[:2]), time.perf_counter(), counted["n"]

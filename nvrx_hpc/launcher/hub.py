@@ -15,6 +15,7 @@ connection with more waiting stops reading until the event loop has run once.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import secrets
@@ -27,7 +28,7 @@ from nvrx_hpc.core.errors import ProtocolError
 from nvrx_hpc.core.messages import Kind
 from nvrx_hpc.core.wire import HEADER_SIZE, Codec
 
-__all__ = ["AgentHub", "AgentLink", "HubEvent", "encode_ranks"]
+__all__ = ["AgentHub", "AgentLink", "HubEvent", "encode_ranks", "freeze_long_lived"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,15 @@ def encode_ranks(node: str, ranks: dict) -> str:
     the braces): one C-encoder call, made once per status report."""
     members = {str(rank): {**info, "node": node} for rank, info in ranks.items() if type(info) is dict}
     return json.dumps(members, separators=(",", ":"), default=str)[1:-1]
+
+
+def freeze_long_lived() -> None:
+    """Call once the agents are connected. What exists then (the modules, the agents' connections) lives as
+    long as the launcher: moved out of the garbage collector's sight (gc.freeze), it is not walked by every
+    full pass, which then takes a few milliseconds at 16k ranks instead of tens (docs/scale.md). The
+    garbage among it is collected first."""
+    gc.collect()
+    gc.freeze()
 
 
 class AgentLink:

@@ -21,7 +21,7 @@ from nvrx_hpc.core.run_pointer import job_tmp_dir, write_run_pointer
 from nvrx_hpc.core.wire import load_token, new_token, save_token
 from nvrx_hpc.launcher.culprit import Finding, pick_culprit
 from nvrx_hpc.launcher.evidence import gather_evidence, partition_capacity
-from nvrx_hpc.launcher.hub import AgentHub
+from nvrx_hpc.launcher.hub import AgentHub, freeze_long_lived
 from nvrx_hpc.launcher.monitor import SYSTEM_CLOCK, Clock, StepWatch
 from nvrx_hpc.launcher.policy import Action, Attempt, NodeJudgement, Outcome, RestartPolicy, judge_node
 from nvrx_hpc.launcher.pool import NodePool
@@ -69,7 +69,7 @@ class Launcher:
         self._stop_requested = asyncio.Event()
         self._restarts_before = 0
         self._attempts_started = 0
-        self._ranks: dict[str, dict] = {}
+        self._rank_nodes: dict[str, str] = {}  # rank -> its node, from the agents' last reports
         self._fr_culprits: tuple[int, ...] = ()  # the ranks the last attempt's flight-recorder dumps name
         self._outcome: str | None = None  # how the launcher ended (status.json, `nvrx-hpc status`)
         self._failures: list[dict] = []  # {node, time, reason} of every failed attempt, kept across requeues
@@ -183,6 +183,7 @@ class Launcher:
         straggler_task = loop.create_task(self.stragglers.run())
         try:
             missing = await self.hub.wait_for_agents(all_nodes, self.s.agent_timeout_s)
+            freeze_long_lived()
             for node in missing:
                 self._exclude(node, f"node agent did not start within {self.s.agent_timeout_s:g} s")
             code = await self._attempts(env, socket_template)
@@ -278,7 +279,7 @@ class Launcher:
         rank = int(named[0])
         if rank == attempt.culprit_rank:
             return attempt
-        ranks = {int(r): info.get("node") for r, info in self._ranks.items() if str(r).isdigit()}
+        ranks = {int(r): node for r, node in self._rank_nodes.items() if str(r).isdigit()}
         node = ranks.get(rank) or attempt.culprit_node
         why = f"rank {rank} on {node} holds up the collective (flight recorder): {verdict.root_cause}"
         self.events.emit("launcher.culprit.refined", node=node, rank=rank, reason=why, was_rank=attempt.culprit_rank,
@@ -409,7 +410,7 @@ class Launcher:
         await step.start()
         watch = StepWatch(self.hub, self.events, self.s, self._clock)
         findings, max_iteration, rc = await watch.run(step, nodes)
-        self._ranks.update(watch.ranks)
+        self._rank_nodes.update(watch.rank_nodes)
         self.events.emit("launcher.step.ended", attempt=index, restart=restart, returncode=rc,
                          duration_s=round(time.time() - started, 3), max_iteration=max_iteration)
         if rc == 0:

@@ -40,7 +40,7 @@ class StepWatch:
         self.events = events
         self.s = settings
         self.clock = clock
-        self.ranks: dict[str, dict] = {}  # rank -> its last report and node, after the step
+        self.rank_nodes: dict[str, str] = {}  # rank -> the node it ran on, after the step
         # What run() has decided so far (see _take).
         self._nodes: list[str] = []
         self._findings: list[Finding] = []
@@ -95,7 +95,7 @@ class StepWatch:
         for node, link in self.hub.agents.items():
             ranks = link.ranks
             iterations.extend(r["iteration"] for r in ranks.values() if isinstance(r.get("iteration"), int))
-            self.ranks.update({str(rank): {**info, "node": node} for rank, info in ranks.items()})
+            self.rank_nodes.update(dict.fromkeys(map(str, ranks), node))
         max_iteration = max(iterations) if iterations else None
         if not waiter.done():
             self.hub.broadcast(m.LauncherStop, nodes=nodes, grace_s=self.s.stop_grace_s, reason="step failed")
