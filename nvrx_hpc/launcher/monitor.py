@@ -92,13 +92,15 @@ class StepWatch:
         finally:
             self.hub.on_event = previous
         findings, tentative, iterations = self._findings, self._tentative, self._iterations
-        for node, link in self.hub.agents.items():
+        stopping = not waiter.done()
+        if stopping:  # first: reading 16k ranks' reports below takes tens of ms
+            self.hub.broadcast(m.LauncherStop, nodes=nodes, grace_s=self.s.stop_grace_s, reason="step failed")
+        for node, link in self.hub.agents.items():  # no await since the broadcast: the reports as they were
             ranks = link.ranks
             iterations.extend(r["iteration"] for r in ranks.values() if isinstance(r.get("iteration"), int))
             self.rank_nodes.update(dict.fromkeys(map(str, ranks), node))
         max_iteration = max(iterations) if iterations else None
-        if not waiter.done():
-            self.hub.broadcast(m.LauncherStop, nodes=nodes, grace_s=self.s.stop_grace_s, reason="step failed")
+        if stopping:
             await step.stop(self.s.stop_grace_s + 2)
             self.events.emit("launcher.step.stopped", reason=findings[0].reason if findings else "")
         rc = await waiter
