@@ -186,7 +186,7 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
 
     async def status_loop():  # as the launcher's: status.json as often as the agents report
         while True:
-            writer.write(hub.agents, {"stragglers": stragglers.status()}, final=False)
+            await writer.write_async(hub.agents, {"stragglers": stragglers.status()})
             await asyncio.sleep(agent_status_s(len(nodes)))
 
     ctx = mp.get_context("spawn")

@@ -457,21 +457,26 @@ class Launcher:
         self.events.emit("launcher.time_limit_warning", reason="SIGUSR1 from Slurm: ranks asked to checkpoint and exit")
         self.hub.broadcast(m.RequestStop, reason="time limit")
 
-    def _publish_status(self, final: bool = False) -> None:
-        own = {
+    def _status_own(self) -> dict:
+        return {
             "job": self.ctx.job_id, "run_dir": str(self.run_dir), "attempt": len(self.history),
             "restarts": self._restarts_total(), "pool": self.pool.to_dict() if self.pool else {},
             "history": [a.__dict__ for a in self.history], "outcome": self._outcome,
             "stragglers": self.stragglers.status() if self.stragglers else {},
         }  # fmt: skip
+
+    def _publish_status(self, final: bool = False) -> None:
         try:
-            self._status.write(self.hub.agents if self.hub else {}, own, final=final)
+            self._status.write(self.hub.agents if self.hub else {}, self._status_own(), final=final)
         except OSError as exc:
             log.warning("cannot write status: %s", exc)
 
     async def _status_loop(self) -> None:
         while True:
-            self._publish_status()
+            try:  # the file is written by a thread: 3 MB at 16k ranks
+                await self._status.write_async(self.hub.agents if self.hub else {}, self._status_own())
+            except OSError as exc:
+                log.warning("cannot write status: %s", exc)
             # As often as the agents report: every second, every 4 s at 2,048 nodes (docs/scale.md).
             await asyncio.sleep(agent_status_s(len(self.pool.active) if self.pool else 0))
 

@@ -95,10 +95,12 @@ class StepWatch:
         stopping = not waiter.done()
         if stopping:  # first: reading 16k ranks' reports below takes tens of ms
             self.hub.broadcast(m.LauncherStop, nodes=nodes, grace_s=self.s.stop_grace_s, reason="step failed")
-        for node, link in self.hub.agents.items():  # no await since the broadcast: the reports as they were
+        for i, (node, link) in enumerate(list(self.hub.agents.items())):  # each agent's last report
             ranks = link.ranks
             iterations.extend(r["iteration"] for r in ranks.values() if isinstance(r.get("iteration"), int))
             self.rank_nodes.update(dict.fromkeys(map(str, ranks), node))
+            if i % 128 == 127:  # ~1,000 ranks decoded: the event loop runs
+                await asyncio.sleep(0)
         max_iteration = max(iterations) if iterations else None
         if stopping:
             await step.stop(self.s.stop_grace_s + 2)

@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ class StragglerWatch:
     def new_step(self) -> None:
         """A restarted step renumbers ranks and warms up again: scores start over."""
         self.detector = StragglerDetector(self.settings)
-        self._publish([])
+        self._publish({})
 
     async def run(self) -> None:
         while True:
@@ -63,46 +63,57 @@ class StragglerWatch:
     def tick(self) -> list[RankScore]:
         """Apply the control file, then score the window that ends now and publish it."""
         scores: list[RankScore] = []
-        for _ in self._tick(scores):
-            pass
-        return scores
+        steps = self._tick(scores)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                self._write_scores(done.value)
+                return scores
 
     async def tick_async(self) -> list[RankScore]:
-        """`tick()` in slices of at most a few hundred ranks, the event loop running between them: at 16k ranks
-        the whole of it is ~0.4 s of Python, which a failure frame arriving meanwhile must not wait for.
-        Timings keep arriving into the next window."""
+        """`tick()` in slices of at most a few hundred ranks, the event loop running between them, and the file
+        written by a thread: at 16k ranks the whole of it is ~0.2 s of Python, which a failure frame arriving
+        meanwhile must not wait for. Timings keep arriving into the next window."""
         scores: list[RankScore] = []
-        for _ in self._tick(scores):
+        steps = self._tick(scores)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                await asyncio.to_thread(self._write_scores, done.value)
+                return scores
             await asyncio.sleep(0)
-        return scores
 
-    def _tick(self, scores: list[RankScore]) -> Iterator[None]:
-        """The window's work, yielding between slices; `scores` is filled in."""
+    def _tick(self, scores: list[RankScore]) -> Generator[None, None, str]:
+        """The window's work, yielding between slices; fills in `scores` and returns SCORES_FILE's text."""
         self._reload_control()
+        flagged: dict[int, RankScore] = {}
         if self._scoring():
             for part in self.detector.close_window_in_parts(SLICE):
                 scores += part
+                flagged.update((x.rank, x) for x in part if x.flagged)
                 yield
-        self._publish(scores)
+        self._publish(flagged)
         yield
         by_node: dict[str, dict[str, dict]] = {}  # what each agent is sent for its metrics: its own ranks only
         for i, x in enumerate(scores):
             if x.node:
                 by_node.setdefault(x.node, {})[str(x.rank)] = {"score": round(x.score, 3), "flagged": x.flagged,
                                                                "kind": x.kind}  # fmt: skip
-            if i % (4 * SLICE) == 4 * SLICE - 1:
+            if i % (2 * SLICE) == 2 * SLICE - 1:
                 yield
         for i, (node, ranks) in enumerate(by_node.items()):
             self.hub.send(node, m.StragglerFlags, ranks=ranks)
-            if i % (SLICE // 2) == SLICE // 2 - 1:
+            if i % (SLICE // 4) == SLICE // 4 - 1:
                 yield
         body = []  # every rank's scores for SCORES_FILE
-        for start in range(0, len(scores), 4 * SLICE):
-            text = json.dumps({str(x.rank): x.to_dict() for x in scores[start : start + 4 * SLICE]},
+        for start in range(0, len(scores), 2 * SLICE):
+            text = json.dumps({str(x.rank): x.to_dict() for x in scores[start : start + 2 * SLICE]},
                               separators=(",", ":"))  # fmt: skip
             body.append(text[1:-1])
             yield
-        self._write_scores(",".join(body))
+        return f'{{"window":{self.detector.windows_closed},"scores":{{{",".join(body)}}}}}'
 
     def status(self) -> dict[str, Any]:
         """For status.json: the settings and the flagged ranks (every rank's scores: SCORES_FILE)."""
@@ -126,8 +137,8 @@ class StragglerWatch:
             self.detector.clear_window()
         return self.settings.enabled
 
-    def _publish(self, scores: list[RankScore]) -> None:
-        flagged = {x.rank: x for x in scores if x.flagged}
+    def _publish(self, flagged: dict[int, RankScore]) -> None:
+        """The ranks flagged now (rank -> its score): events for the newly flagged and the cleared."""
         for rank, x in flagged.items():
             if rank not in self.flags:
                 self.events.emit("launcher.straggler", node=x.node, rank=rank, score=round(x.score, 3),
@@ -139,12 +150,13 @@ class StragglerWatch:
                                  window=self.detector.windows_closed)
         self.flags = flagged  # the scores themselves are not kept: SCORES_FILE has them
 
-    def _write_scores(self, body: str) -> None:
-        """Every rank's last scores, once a window (`nvrx-hpc straggler show`), atomically."""
+    def _write_scores(self, document: str) -> None:
+        """Every rank's last scores, once a window (`nvrx-hpc straggler show`), atomically. One tick at a time
+        calls it (from a thread, in `run`)."""
         path = self.run_dir / SCORES_FILE
         tmp = path.with_name(f".{SCORES_FILE}.tmp")
         try:
-            tmp.write_text(f'{{"window":{self.detector.windows_closed},"scores":{{{body}}}}}')
+            tmp.write_text(document)
             os.replace(tmp, path)
         except OSError as exc:
             log.warning("cannot write %s: %s", path, exc)
@@ -164,6 +176,6 @@ class StragglerWatch:
         settings = apply_control(self.base, control)
         self.detector.settings = settings
         if not settings.enabled:
-            self._publish([])
+            self._publish({})
         self.events.emit("launcher.straggler.settings", enabled=settings.enabled, threshold=settings.threshold,
                          exclude_at_restart=settings.exclude_at_restart, window=self.detector.windows_closed)
