@@ -13,12 +13,15 @@ Heartbeats themselves go from a rank to its own node's agent, never to the launc
 nothing.
 
 Per size it reports: the hub's CPU (% of one core) and memory (RSS growth since before the agents
-connected) in all and per 1,000 ranks while steady, the agent messages per second it took, and, over
-`--failures` failure frames (one rank SIGKILLed, `ag.rank exited`), the time from the frame's arrival at
-the hub to the step watch's finding (the stop decision: the launcher knows the step failed and whom to
-blame), and from there to the restart plan (culprit, exclusion and the restart policy's decision), p50
-and p99. `--json` prints one row per size with at least ranks, decision_p50_ms, decision_p99_ms,
-hub_cpu_pct, hub_rss_mib and msgs_per_s.
+connected) in all, per 1,000 ranks and (CPU) per 1,000 rank summaries a second while steady, the agent
+messages per second it took, its full garbage collections, and, over `--failures` failure frames (one
+rank SIGKILLed, `ag.rank exited`), p50 and p99 of: the time from the socket read that brought the frame
+to the step watch's finding (the stop decision: the launcher knows the step failed and whom to blame);
+the same from the simulated agent's write (the system clock, read by both processes: it adds the
+kernel and the time the hub's process waited for a CPU or for its event loop); and from the finding to
+the restart plan (culprit, exclusion and the restart policy's decision). `--json` prints one row per
+size with at least ranks, decision_p50_ms, decision_p99_ms, sent_p99_ms, hub_cpu_pct, hub_rss_mib and
+msgs_per_s.
 """
 
 from __future__ import annotations
@@ -265,10 +268,13 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
         await hub.close()
         await asyncio.sleep(0.5)  # let each connection's task see its end of stream before the loop closes
     cpu_pct = 100 * (cpu1 - cpu0) / (wall1 - wall0)
+    summaries_per_s = (n1 - n0) * RANKS_PER_NODE / (wall1 - wall0)  # each status carries its node's 8 ranks
     return {
         "ranks": ranks, "nodes": len(nodes), "msgs_per_s": round((n1 - n0) / (wall1 - wall0), 1),
         "msgs_expected_per_s": round(len(nodes) / agent_status_s(len(nodes)), 1), "hub_cpu_pct": round(cpu_pct, 2),
-        "hub_cpu_pct_per_1k_ranks": round(cpu_pct * 1000 / ranks, 3), "hub_rss_mib": round(rss / 2**20, 1),
+        "hub_cpu_pct_per_1k_ranks": round(cpu_pct * 1000 / ranks, 3),
+        "hub_cpu_pct_per_1k_rank_reports": round(cpu_pct * 1000 / summaries_per_s, 3),
+        "hub_rss_mib": round(rss / 2**20, 1),
         "hub_rss_mib_per_1k_ranks": round(rss / 2**20 * 1000 / ranks, 2),
         "decision_p50_ms": round(1e3 * _pct(decisions, 50), 2), "decision_p99_ms": round(1e3 * _pct(decisions, 99), 2),
         "sent_p50_ms": round(1e3 * _pct(from_sent, 50), 2), "sent_p99_ms": round(1e3 * _pct(from_sent, 99), 2),
