@@ -13,18 +13,22 @@ Heartbeats themselves go from a rank to its own node's agent, never to the launc
 nothing.
 
 Per size it reports: the hub's CPU (% of one core) and memory (RSS growth since before the agents
-connected) in all and per 1,000 ranks while steady, the agent messages per second it took, and, over
-`--failures` failure frames (one rank SIGKILLed, `ag.rank exited`), the time from the frame's arrival at
-the hub to the step watch's finding (the stop decision: the launcher knows the step failed and whom to
-blame), and from there to the restart plan (culprit, exclusion and the restart policy's decision), p50
-and p99. `--json` prints one row per size with at least ranks, decision_p50_ms, decision_p99_ms,
-hub_cpu_pct, hub_rss_mib and msgs_per_s.
+connected) in all, per 1,000 ranks and (CPU) per 1,000 rank summaries a second while steady, the agent
+messages per second it took, its full garbage collections, and, over `--failures` failure frames (one
+rank SIGKILLed, `ag.rank exited`), p50 and p99 of: the time from the socket read that brought the frame
+to the step watch's finding (the stop decision: the launcher knows the step failed and whom to blame);
+the same from the simulated agent's write (the system clock, read by both processes: it adds the
+kernel and the time the hub's process waited for a CPU or for its event loop); and from the finding to
+the restart plan (culprit, exclusion and the restart policy's decision). `--json` prints one row per
+size with at least ranks, decision_p50_ms, decision_p99_ms, sent_p99_ms, hub_cpu_pct, hub_rss_mib and
+msgs_per_s.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -52,12 +56,13 @@ HANDSHAKES_AT_ONCE = 6  # per process: the hub lets 32 connections of one addres
 # ---------------------------------------------------------------- simulated agents (child processes)
 
 
-def _agents_main(nodes: list[str], first_rank: int, port: int, token: bytes, status_s: float, control, ready) -> None:
-    asyncio.run(_agents(nodes, first_rank, port, token, status_s, control, ready))
+def _agents_main(nodes: list[str], first_rank: int, port: int, token: bytes, status_s: float, control, ready,
+                 sent) -> None:
+    asyncio.run(_agents(nodes, first_rank, port, token, status_s, control, ready, sent))
 
 
 async def _agents(nodes: list[str], first_rank: int, port: int, token: bytes, status_s: float, control,
-                  ready) -> None:
+                  ready, sent) -> None:
     codec = Codec(token)
     gate = asyncio.Semaphore(HANDSHAKES_AT_ONCE)
     writers: dict[str, asyncio.StreamWriter] = {}
@@ -111,8 +116,11 @@ async def _agents(nodes: list[str], first_rank: int, port: int, token: bytes, st
             node, rank = order
             frame = m.RankEvent(job="1", node=node, event=m.RankEventKind.EXITED, rank=rank, pid=1000 + rank,
                                 signal=9, source="spank", sections=("step",))  # fmt: skip
-            writers[node].write(codec.encode(frame.to_wire()))
+            wire = codec.encode(frame.to_wire())
+            at = time.monotonic()  # the system's clock: the launcher's process reads the same one
+            writers[node].write(wire)
             await writers[node].drain()
+            sent.put((node, rank, at))
 
 
 def _poll(control, timeout: float):
@@ -128,7 +136,7 @@ def _poll(control, timeout: float):
 async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dict:
     from nvrx_hpc.core.events import EventLog
     from nvrx_hpc.launcher.culprit import pick_culprit
-    from nvrx_hpc.launcher.hub import AgentHub
+    from nvrx_hpc.launcher.hub import AgentHub, freeze_long_lived
     from nvrx_hpc.launcher.monitor import StepWatch
     from nvrx_hpc.launcher.policy import Attempt, Outcome, RestartPolicy
     from nvrx_hpc.launcher.settings import RunSettings, agent_status_s
@@ -142,12 +150,27 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
     settings = RunSettings(command=["x"], run_dir=work)
     events = EventLog(work / "events.jsonl", "launcher")
     arrivals: dict[tuple[str, int], float] = {}
+    pauses = _GcPauses()
 
-    class TimedHub(AgentHub):  # the moment a failure frame reaches the hub's handler
-        async def _handle(self, link, msg):
+    class TimedHub(AgentHub):
+        """Times a failure frame from the socket read that brought it: a read into an empty buffer starts
+        the clock for every frame in that buffer (a frame's own read can only be later)."""
+
+        read_at = 0.0
+
+        def _received(self, conn, data):
+            if not conn.buf:
+                conn.read_at = time.perf_counter()
+            super()._received(conn, data)
+
+        def _frames(self, conn):
+            self.read_at = getattr(conn, "read_at", time.perf_counter())
+            super()._frames(conn)
+
+        def _handle(self, link, msg):
             if isinstance(msg, m.RankEvent):
-                arrivals[(msg.node, msg.rank)] = time.perf_counter()
-            await super()._handle(link, msg)
+                arrivals[(msg.node, msg.rank)] = self.read_at
+            super()._handle(link, msg)
 
     hub = TimedHub(token, host="127.0.0.1", job="1")
     port = await hub.start()
@@ -166,18 +189,19 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
 
     async def status_loop():  # as the launcher's: status.json as often as the agents report
         while True:
-            writer.write(hub.agents, {"stragglers": stragglers.status()}, final=False)
+            await writer.write_async(hub.agents, {"stragglers": stragglers.status()})
             await asyncio.sleep(agent_status_s(len(nodes)))
 
     ctx = mp.get_context("spawn")
     chunks = [nodes[i::AGENT_PROCESSES] for i in range(AGENT_PROCESSES)]
-    controls, ready = [ctx.Queue() for _ in chunks], ctx.Queue()
+    controls, ready, sent = [ctx.Queue() for _ in chunks], ctx.Queue(), ctx.Queue()
     first = [0]
     procs = []
     for chunk, control in zip(chunks, controls, strict=True):
         # ranks are numbered by node order inside each process's share
         procs.append(ctx.Process(target=_agents_main, daemon=True,
-                                 args=(chunk, first[0], port, token, agent_status_s(len(nodes)), control, ready)))
+                                 args=(chunk, first[0], port, token, agent_status_s(len(nodes)), control, ready,
+                                       sent)))
         first[0] += len(chunk) * RANKS_PER_NODE
     for p in procs:
         p.start()
@@ -186,22 +210,24 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
         missing = await hub.wait_for_agents(nodes, timeout=120 + len(nodes) / 20)
         if missing:
             raise SystemExit(f"{len(missing)} of {len(nodes)} simulated agents never said hello")
+        freeze_long_lived()  # as the launcher does
         await asyncio.sleep(2.0)  # every agent has sent its first status
+        gc.callbacks.append(pauses.collected)
         cpu0, wall0, n0 = sum(me.cpu_times()[:2]), time.perf_counter(), counted["n"]
         await asyncio.sleep(steady_s)
         cpu1, wall1, n1 = sum(me.cpu_times()[:2]), time.perf_counter(), counted["n"]
         rss = me.memory_info().rss - rss_before
-        decisions, plans = [], []
+        decisions, from_sent, plans = [], [], []
         for i in range(failures):
             which = i % len(chunks)
             chunk = chunks[which]
             node = chunk[(i * 7919) % len(chunk)]
             rank = sum(len(c) for c in chunks[:which]) * RANKS_PER_NODE + chunk.index(node) * RANKS_PER_NODE + 3
-            emitted: dict[str, float] = {}
+            emitted: dict[str, tuple[float, float]] = {}
             real_emit = events.emit
 
             def emit(kind, _real=real_emit, _seen=emitted, **kw):
-                _seen.setdefault(kind, time.perf_counter())
+                _seen.setdefault(kind, (time.perf_counter(), time.monotonic()))
                 return _real(kind, **kw)
 
             events.emit = emit
@@ -215,7 +241,10 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
             decided = emitted.get("launcher.rank.exited")
             if decided is None or (node, rank) not in arrivals:
                 raise SystemExit(f"failure of rank {rank} on {node} was not decided: {findings}")
-            decisions.append(decided - arrivals.pop((node, rank)))
+            decisions.append(decided[0] - arrivals.pop((node, rank)))
+            sent_node, sent_rank, sent_at = await asyncio.get_running_loop().run_in_executor(None, sent.get, True, 30)
+            assert (sent_node, sent_rank) == (node, rank)
+            from_sent.append(decided[1] - sent_at)
             t = time.perf_counter()
             culprit = pick_culprit(findings, settings.comm_sections)
             policy = RestartPolicy(settings.max_restarts, settings.max_no_progress, settings.min_nodes)
@@ -226,6 +255,8 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
             while not hub.events.empty():
                 hub.events.get_nowait()
     finally:
+        if pauses.collected in gc.callbacks:
+            gc.callbacks.remove(pauses.collected)
         for control in controls:
             control.put("stop")
         for task in tasks:
@@ -237,15 +268,36 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
         await hub.close()
         await asyncio.sleep(0.5)  # let each connection's task see its end of stream before the loop closes
     cpu_pct = 100 * (cpu1 - cpu0) / (wall1 - wall0)
+    summaries_per_s = (n1 - n0) * RANKS_PER_NODE / (wall1 - wall0)  # each status carries its node's 8 ranks
     return {
         "ranks": ranks, "nodes": len(nodes), "msgs_per_s": round((n1 - n0) / (wall1 - wall0), 1),
         "msgs_expected_per_s": round(len(nodes) / agent_status_s(len(nodes)), 1), "hub_cpu_pct": round(cpu_pct, 2),
-        "hub_cpu_pct_per_1k_ranks": round(cpu_pct * 1000 / ranks, 3), "hub_rss_mib": round(rss / 2**20, 1),
+        "hub_cpu_pct_per_1k_ranks": round(cpu_pct * 1000 / ranks, 3),
+        "hub_cpu_pct_per_1k_rank_reports": round(cpu_pct * 1000 / summaries_per_s, 3),
+        "hub_rss_mib": round(rss / 2**20, 1),
         "hub_rss_mib_per_1k_ranks": round(rss / 2**20 * 1000 / ranks, 2),
         "decision_p50_ms": round(1e3 * _pct(decisions, 50), 2), "decision_p99_ms": round(1e3 * _pct(decisions, 99), 2),
+        "sent_p50_ms": round(1e3 * _pct(from_sent, 50), 2), "sent_p99_ms": round(1e3 * _pct(from_sent, 99), 2),
         "plan_p50_ms": round(1e3 * _pct(plans, 50), 3), "plan_p99_ms": round(1e3 * _pct(plans, 99), 3),
-        "failures": len(decisions),
+        "failures": len(decisions), "gc_full": pauses.full, "gc_full_max_ms": round(1e3 * pauses.longest, 1),
     }  # fmt: skip
+
+
+class _GcPauses:
+    """The garbage collector's full collections in the hub's process: how many, and the longest (the event
+    loop stands still meanwhile)."""
+
+    def __init__(self) -> None:
+        self.full, self.longest, self._started = 0, 0.0, 0.0
+
+    def collected(self, phase: str, info: dict) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.full += 1
+            self.longest = max(self.longest, time.perf_counter() - self._started)
 
 
 class _NeverEnds:
@@ -364,7 +416,8 @@ def main() -> None:
         if not args.json:
             r = rows[-1]
             print(f"{r['ranks']:6d} ranks: decision p50 {r['decision_p50_ms']:.2f} ms "
-                  f"p99 {r['decision_p99_ms']:.2f} ms; plan p99 {r['plan_p99_ms']:.3f} ms; "
+                  f"p99 {r['decision_p99_ms']:.2f} ms (from the agent's write {r['sent_p50_ms']:.2f} / "
+                  f"{r['sent_p99_ms']:.2f} ms); plan p99 {r['plan_p99_ms']:.3f} ms; "
                   f"hub CPU {r['hub_cpu_pct']:.1f} % "
                   f"({r['hub_cpu_pct_per_1k_ranks']:.2f} %/1k ranks), RSS +{r['hub_rss_mib']:.1f} MiB "
                   f"({r['hub_rss_mib_per_1k_ranks']:.2f} MiB/1k ranks); {r['msgs_per_s']:.0f} of "

@@ -21,7 +21,7 @@ from nvrx_hpc.core.run_pointer import job_tmp_dir, write_run_pointer
 from nvrx_hpc.core.wire import load_token, new_token, save_token
 from nvrx_hpc.launcher.culprit import Finding, pick_culprit
 from nvrx_hpc.launcher.evidence import gather_evidence, partition_capacity
-from nvrx_hpc.launcher.hub import AgentHub
+from nvrx_hpc.launcher.hub import AgentHub, freeze_long_lived
 from nvrx_hpc.launcher.inprocess_watch import InprocessWatch
 from nvrx_hpc.launcher.ip_store import StoreProcess
 from nvrx_hpc.launcher.monitor import SYSTEM_CLOCK, Clock, StepWatch
@@ -72,7 +72,7 @@ class Launcher:
         self._stop_requested = asyncio.Event()
         self._restarts_before = 0
         self._attempts_started = 0
-        self._ranks: dict[str, dict] = {}
+        self._rank_nodes: dict[str, str] = {}  # rank -> its node, from the agents' last reports
         self._fr_culprits: tuple[int, ...] = ()  # the ranks the last attempt's flight-recorder dumps name
         self._outcome: str | None = None  # how the launcher ended (status.json, `nvrx-hpc status`)
         self._failures: list[dict] = []  # {node, time, reason} of every failed attempt, kept across requeues
@@ -190,6 +190,7 @@ class Launcher:
             if self.s.inprocess.enabled:
                 await self._store.start()
             missing = await self.hub.wait_for_agents(all_nodes, self.s.agent_timeout_s)
+            freeze_long_lived()
             for node in missing:
                 self._exclude(node, f"node agent did not start within {self.s.agent_timeout_s:g} s")
             code = await self._attempts(env, socket_template)
@@ -289,7 +290,7 @@ class Launcher:
         rank = int(named[0])
         if rank == attempt.culprit_rank:
             return attempt
-        ranks = {int(r): info.get("node") for r, info in self._ranks.items() if str(r).isdigit()}
+        ranks = {int(r): node for r, node in self._rank_nodes.items() if str(r).isdigit()}
         node = ranks.get(rank) or attempt.culprit_node
         why = f"rank {rank} on {node} holds up the collective (flight recorder): {verdict.root_cause}"
         self.events.emit("launcher.culprit.refined", node=node, rank=rank, reason=why, was_rank=attempt.culprit_rank,
@@ -398,7 +399,7 @@ class Launcher:
         self._drain_queue()
         self.stragglers.new_step()
         hub.broadcast(m.StepStart, nodes=nodes, restart=restart, status_s=agent_status_s(len(nodes)))
-        hub.broadcast(m.LauncherTimeouts, nodes=nodes, timeouts=self._timeouts())
+        hub.broadcast(m.LauncherTimeouts, nodes=nodes, timeouts=self.s.agent_timeouts())
         step_env = {
             "MASTER_ADDR": self._address_of(nodes[0]),
             "MASTER_PORT": str(free_port()),
@@ -428,7 +429,7 @@ class Launcher:
             watch.inprocess = self._inprocess = InprocessWatch(hub, self.events, nodes, ip, ip.spare_ranks * len(nodes),
                                                                per_node * len(nodes), self._clock)
         findings, max_iteration, rc = await watch.run(step, nodes)
-        self._ranks.update(watch.ranks)
+        self._rank_nodes.update(watch.rank_nodes)
         if rc and not findings and ip.enabled and self._inprocess.finished_despite(rc, self.run_dir, started):
             rc = 0
         self.events.emit("launcher.step.ended", attempt=index, restart=restart, returncode=rc,
@@ -454,15 +455,6 @@ class Launcher:
         return Attempt(Outcome.FAILED, culprit.node, culprit.reason, max_iteration, started, culprit.kind, culprit.rank,
                        unsure)
 
-    def _timeouts(self) -> dict:
-        return {
-            "initial": self.s.initial_timeout,
-            "heartbeat": self.s.heartbeat_timeout,
-            "sections": dict(self.s.section_timeouts),
-            "out_of_section": None,
-            "calibrate": self.s.calibrate_heartbeat,
-        }
-
     def _drain_queue(self) -> None:
         while not self.hub.events.empty():
             self.hub.events.get_nowait()
@@ -477,21 +469,26 @@ class Launcher:
         self.events.emit("launcher.time_limit_warning", reason="SIGUSR1 from Slurm: ranks asked to checkpoint and exit")
         self.hub.broadcast(m.RequestStop, reason="time limit")
 
-    def _publish_status(self, final: bool = False) -> None:
-        own = {
+    def _status_own(self) -> dict:
+        return {
             "job": self.ctx.job_id, "run_dir": str(self.run_dir), "attempt": len(self.history),
             "restarts": self._restarts_total(), "pool": self.pool.to_dict() if self.pool else {},
             "history": [a.__dict__ for a in self.history], "outcome": self._outcome,
             "stragglers": self.stragglers.status() if self.stragglers else {},
         }  # fmt: skip
+
+    def _publish_status(self, final: bool = False) -> None:
         try:
-            self._status.write(self.hub.agents if self.hub else {}, own, final=final)
+            self._status.write(self.hub.agents if self.hub else {}, self._status_own(), final=final)
         except OSError as exc:
             log.warning("cannot write status: %s", exc)
 
     async def _status_loop(self) -> None:
         while True:
-            self._publish_status()
+            try:  # the file is written by a thread: 3 MB at 16k ranks
+                await self._status.write_async(self.hub.agents if self.hub else {}, self._status_own())
+            except OSError as exc:
+                log.warning("cannot write status: %s", exc)
             # As often as the agents report: every second, every 4 s at 2,048 nodes (docs/scale.md).
             await asyncio.sleep(agent_status_s(len(self.pool.active) if self.pool else 0))
 

@@ -40,66 +40,70 @@ class StepWatch:
         self.events = events
         self.s = settings
         self.clock = clock
-        self.ranks: dict[str, dict] = {}  # rank -> its last report and node, after the step
+        self.rank_nodes: dict[str, str] = {}  # rank -> the node it ran on, after the step
         self.inprocess: Any = None  # an InprocessWatch when in-process restart is on: it takes what it recovers
+        # What run() has decided so far (see _take).
+        self._nodes: list[str] = []
+        self._findings: list[Finding] = []
+        self._tentative: list[Finding] = []
+        self._iterations: list[int] = []
+        self._first_at: float | None = None
+        self._first_iteration_seen = False
+        self._error: BaseException | None = None
 
     async def run(self, step: SrunStep, nodes: list[str]) -> tuple[list[Finding], int | None, int | None]:
         """Watch the step until it ends or something fails; stop it on a failure.
 
         A rank exit seen only by the PID watch carries no exit status: it is held back and counts
         only if the step then fails (ranks finishing a moment apart at the end are not failures).
+
+        While it runs, the hub hands it every event in the callback that read the frame (`_take`): a
+        failure is decided there, whatever else the event loop has queued (docs/scale.md). This loop only
+        keeps time: the settle window, the step's end, silent agents.
         """
-        findings: list[Finding] = []
-        tentative: list[Finding] = []
-        iterations: list[int] = []
-        first_at: float | None = None
+        self._nodes = nodes
+        self._findings, self._tentative, self._iterations = [], [], []
+        self._first_at = None
+        self._first_iteration_seen = False
+        self._error = None
         ended_at: float | None = None
-        first_iteration_seen = False
         silenced: set[str] = set()
         waiter = asyncio.ensure_future(step.wait())
-        while True:
-            now = self.clock.monotonic()
-            if first_at is not None and now - first_at >= SETTLE_S:
-                break
-            if waiter.done():
-                ended_at = ended_at or now
-                # A failed step: give the agents a moment to report which rank it was.
-                if waiter.result() == 0 or findings or now - ended_at >= 1.0:
+        while not self.hub.events.empty():  # what came before the watch began, in order
+            self._take(self.hub.events.get_nowait())
+        previous, self.hub.on_event = self.hub.on_event, self._take
+        try:
+            while True:
+                if self._error is not None:
+                    raise self._error
+                now = self.clock.monotonic()
+                if self._first_at is not None and now - self._first_at >= SETTLE_S:
                     break
-            try:
-                event = await asyncio.wait_for(self.hub.events.get(), timeout=0.05)
-            except asyncio.TimeoutError:
-                event = self._silent_agent(nodes, silenced)
-                if event is None:
-                    continue
-            if self.inprocess is not None and self.inprocess.take(event):
-                continue
-            finding, iteration = finding_from_event(event, nodes)
-            if iteration is not None:
-                iterations.append(iteration)
-            msg = event.msg
-            if isinstance(msg, m.RankEvent) and msg.event is RankEventKind.FIRST_ITERATION and not first_iteration_seen:
-                first_iteration_seen = True
-                self.events.emit("launcher.step.first_iteration", node=event.node, rank=msg.rank,
-                                 iteration=iteration, at=msg.time)
-            if finding is None:
-                continue
-            if finding.kind == "exited_unknown":
-                tentative.append(finding)
-                continue
-            earlier = [t.time for t in tentative if (t.node, t.rank) == (finding.node, finding.rank)]
-            if earlier:  # the PID watch saw this death first; the plugin's status came after
-                finding = dataclasses.replace(finding, time=min(earlier + [finding.time]))
-            findings.append(finding)
-            self.events.emit(f"launcher.rank.{finding.kind}", node=finding.node, rank=finding.rank,
-                             reason=finding.reason, sections=list(finding.sections))
-            first_at = first_at or self.clock.monotonic()
-        for node, link in self.hub.agents.items():
-            iterations.extend(r["iteration"] for r in link.ranks.values() if isinstance(r.get("iteration"), int))
-            self.ranks.update({str(rank): {**info, "node": node} for rank, info in link.ranks.items()})
-        max_iteration = max(iterations) if iterations else None
-        if not waiter.done():
+                if waiter.done():
+                    ended_at = ended_at or now
+                    # A failed step: give the agents a moment to report which rank it was.
+                    if waiter.result() == 0 or self._findings or now - ended_at >= 1.0:
+                        break
+                try:  # a hub that queues its events (a test's) is read here
+                    self._take(await asyncio.wait_for(self.hub.events.get(), timeout=0.05))
+                except asyncio.TimeoutError:
+                    event = self._silent_agent(nodes, silenced)
+                    if event is not None:
+                        self._take(event)
+        finally:
+            self.hub.on_event = previous
+        findings, tentative, iterations = self._findings, self._tentative, self._iterations
+        stopping = not waiter.done()
+        if stopping:  # first: reading 16k ranks' reports below takes tens of ms
             self.hub.broadcast(m.LauncherStop, nodes=nodes, grace_s=self.s.stop_grace_s, reason="step failed")
+        for i, (node, link) in enumerate(list(self.hub.agents.items())):  # each agent's last report
+            ranks = link.ranks
+            iterations.extend(r["iteration"] for r in ranks.values() if isinstance(r.get("iteration"), int))
+            self.rank_nodes.update(dict.fromkeys(map(str, ranks), node))
+            if i % 128 == 127:  # ~1,000 ranks decoded: the event loop runs
+                await asyncio.sleep(0)
+        max_iteration = max(iterations) if iterations else None
+        if stopping:
             await step.stop(self.s.stop_grace_s + 2)
             self.events.emit("launcher.step.stopped", reason=findings[0].reason if findings else "")
         rc = await waiter
@@ -108,6 +112,41 @@ class StepWatch:
             for f in findings:
                 self.events.emit("launcher.rank.exited", node=f.node, rank=f.rank, reason=f.reason)
         return findings, max_iteration, rc
+
+    def _take(self, event: HubEvent) -> None:
+        """One agent event: a finding is decided and recorded here, at once. Never raises (the hub calls it
+        from its socket callback): an error is kept for `run` to raise."""
+        if self._error is not None:
+            return
+        try:
+            self._decide(event)
+        except Exception as exc:  # noqa: BLE001 - raised again by run()
+            self._error = exc
+
+    def _decide(self, event: HubEvent) -> None:
+        if self.inprocess is not None and self.inprocess.take(event):
+            return
+        finding, iteration = finding_from_event(event, self._nodes)
+        if iteration is not None:
+            self._iterations.append(iteration)
+        msg = event.msg
+        if (isinstance(msg, m.RankEvent) and msg.event is RankEventKind.FIRST_ITERATION
+                and not self._first_iteration_seen):  # fmt: skip
+            self._first_iteration_seen = True
+            self.events.emit("launcher.step.first_iteration", node=event.node, rank=msg.rank,
+                             iteration=iteration, at=msg.time)
+        if finding is None:
+            return
+        if finding.kind == "exited_unknown":
+            self._tentative.append(finding)
+            return
+        earlier = [t.time for t in self._tentative if (t.node, t.rank) == (finding.node, finding.rank)]
+        if earlier:  # the PID watch saw this death first; the plugin's status came after
+            finding = dataclasses.replace(finding, time=min(earlier + [finding.time]))
+        self._findings.append(finding)
+        self.events.emit(f"launcher.rank.{finding.kind}", node=finding.node, rank=finding.rank,
+                         reason=finding.reason, sections=list(finding.sections))
+        self._first_at = self._first_at or self.clock.monotonic()
 
     def _silent_agent(self, nodes: list[str], silenced: set[str]) -> HubEvent | None:
         """An agent whose link is up but says nothing (a node that lost power sends no reset; a stopped

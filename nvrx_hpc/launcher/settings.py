@@ -99,6 +99,13 @@ class RunSettings:
             inprocess=InprocessRun(**resolved.config.inprocess.model_dump()),
         )  # fmt: skip
 
+    def agent_timeouts(self) -> dict:
+        """The hang deadlines every step's `la.timeouts` gives the agents."""
+        return {
+            "initial": self.initial_timeout, "heartbeat": self.heartbeat_timeout,
+            "sections": dict(self.section_timeouts), "out_of_section": None, "calibrate": self.calibrate_heartbeat,
+        }  # fmt: skip
+
     def validate(self, allocated_nodes: int) -> None:
         """What only the allocation can tell (each key's own range is checked by the config)."""
         if not self.command:

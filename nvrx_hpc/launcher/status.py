@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,33 +16,39 @@ STATUS_FILE = "status.json"
 
 
 class StatusWriter:
-    """Writes status.json. Each agent's ranks are encoded once per status report it sends (its link's
-    `ranks` is replaced by every report, never changed in place), so at 16k ranks a rewrite costs the
-    event loop only what changed since the last one."""
+    """Writes status.json. Each agent's ranks arrive already encoded (`AgentLink.ranks_json`, made once per
+    status report it sends), so at 16k ranks a rewrite only joins the nodes' texts (a few milliseconds of
+    the event loop, whatever the size); `write_async` leaves the file's writing to a thread."""
 
     def __init__(self, run_dir: Path) -> None:
         self.path = Path(run_dir) / STATUS_FILE
-        self._encoded: dict[str, tuple[Any, str]] = {}  # node -> (the ranks object encoded, its JSON)
+        self._lock = threading.Lock()
+        self._made = 0  # documents made
+        self._saved = 0  # the newest one on disk: an older one finishing late never replaces it
 
     def write(self, agents: dict[str, Any], own: dict, *, final: bool) -> None:
+        self._save(*self._document(agents, own, final))
+
+    async def write_async(self, agents: dict[str, Any], own: dict) -> None:
+        await asyncio.to_thread(self._save, *self._document(agents, own, False))
+
+    def _document(self, agents: dict[str, Any], own: dict, final: bool) -> tuple[int, str]:
         now = time.time()
-        seen, parts = {}, []
-        for node, link in agents.items():
-            seen[node] = {"pid": link.pid, "last_seen_age": round(now - link.last_seen, 3)}
-            done = self._encoded.get(node)
-            if done is None or done[0] is not link.ranks:
-                text = ",".join(_dumps(str(rank)) + ":" + _dumps({**info, "node": node})
-                                for rank, info in link.ranks.items())  # fmt: skip
-                done = self._encoded[node] = (link.ranks, text)
-            if done[1]:
-                parts.append(done[1])
-        for node in set(self._encoded) - set(agents):
-            del self._encoded[node]
+        seen = {node: {"pid": link.pid, "last_seen_age": round(now - link.last_seen, 3)}
+                for node, link in agents.items()}  # fmt: skip
+        ranks = ",".join(link.ranks_json for link in agents.values() if link.ranks_json)
         rest = "".join("," + _dumps(key) + ":" + _dumps(value) for key, value in {**own, "updated": now}.items())
-        document = f'{{"agents":{_dumps(seen)},"ranks":{{{",".join(parts)}}},"final":{_dumps(final)}{rest}}}'
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(document, encoding="utf-8")
-        os.replace(tmp, self.path)  # readers never see half a file
+        self._made += 1
+        return self._made, f'{{"agents":{_dumps(seen)},"ranks":{{{ranks}}},"final":{_dumps(final)}{rest}}}'
+
+    def _save(self, number: int, document: str) -> None:
+        with self._lock:
+            if number < self._saved:
+                return
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(document, encoding="utf-8")
+            os.replace(tmp, self.path)  # readers never see half a file
+            self._saved = number
 
 
 def _dumps(value: Any) -> str:

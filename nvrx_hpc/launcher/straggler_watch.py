@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import os
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = ["StragglerWatch", "SCORES_FILE"]
 log = logging.getLogger(__name__)
 
 SCORES_FILE = "stragglers.json"  # in the run directory: every rank's last scores
+SLICE = 256  # ranks scored between two turns of the event loop
 
 
 class StragglerWatch:
@@ -36,7 +38,6 @@ class StragglerWatch:
         self.hub = hub
         self.detector = StragglerDetector(settings)
         self.flags: dict[int, RankScore] = {}
-        self.scores: list[RankScore] = []
         self._control: dict[str, Any] = {}
         self._rejected: str | None = None
 
@@ -52,7 +53,7 @@ class StragglerWatch:
     def new_step(self) -> None:
         """A restarted step renumbers ranks and warms up again: scores start over."""
         self.detector = StragglerDetector(self.settings)
-        self._publish([])
+        self._publish({})
 
     async def run(self) -> None:
         while True:
@@ -60,32 +61,59 @@ class StragglerWatch:
             await self.tick_async()
 
     def tick(self) -> list[RankScore]:
-        """Apply the control file, then score the window that ends now."""
-        self._reload_control()
-        scores = self.detector.close_window() if self._scoring() else []
-        self._publish(scores)
-        for node, ranks in self._per_node(scores).items():
-            self.hub.send(node, m.StragglerFlags, ranks=ranks)
-        self._write_scores(scores)
-        return scores
+        """Apply the control file, then score the window that ends now and publish it."""
+        scores: list[RankScore] = []
+        steps = self._tick(scores)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                self._write_scores(done.value)
+                return scores
 
     async def tick_async(self) -> list[RankScore]:
-        """`tick()` a part of the ranks at a time, the event loop running between parts: at 16k ranks a
-        failure frame arriving meanwhile must not wait ~0.2 s. Timings keep arriving into the next window."""
-        self._reload_control()
+        """`tick()` in slices of at most a few hundred ranks, the event loop running between them, and the file
+        written by a thread: at 16k ranks the whole of it is ~0.2 s of Python, which a failure frame arriving
+        meanwhile must not wait for. Timings keep arriving into the next window."""
         scores: list[RankScore] = []
+        steps = self._tick(scores)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                await asyncio.to_thread(self._write_scores, done.value)
+                return scores
+            await asyncio.sleep(0)
+
+    def _tick(self, scores: list[RankScore]) -> Generator[None, None, str]:
+        """The window's work, yielding between slices; fills in `scores` and returns SCORES_FILE's text."""
+        self._reload_control()
+        flagged: dict[int, RankScore] = {}
         if self._scoring():
-            for part in self.detector.close_window_in_parts():
+            for part in self.detector.close_window_in_parts(SLICE):
                 scores += part
-                await asyncio.sleep(0)
-        self._publish(scores)
-        for i, (node, ranks) in enumerate(self._per_node(scores).items()):
+                flagged.update((x.rank, x) for x in part if x.flagged)
+                yield
+        self._publish(flagged)
+        yield
+        by_node: dict[str, dict[str, dict]] = {}  # what each agent is sent for its metrics: its own ranks only
+        for i, x in enumerate(scores):
+            if x.node:
+                by_node.setdefault(x.node, {})[str(x.rank)] = {"score": round(x.score, 3), "flagged": x.flagged,
+                                                               "kind": x.kind}  # fmt: skip
+            if i % (2 * SLICE) == 2 * SLICE - 1:
+                yield
+        for i, (node, ranks) in enumerate(by_node.items()):
             self.hub.send(node, m.StragglerFlags, ranks=ranks)
-            if i % 256 == 255:
-                await asyncio.sleep(0)
-        await asyncio.sleep(0)
-        self._write_scores(scores)
-        return scores
+            if i % (SLICE // 4) == SLICE // 4 - 1:
+                yield
+        body = []  # every rank's scores for SCORES_FILE
+        for start in range(0, len(scores), 2 * SLICE):
+            text = json.dumps({str(x.rank): x.to_dict() for x in scores[start : start + 2 * SLICE]},
+                              separators=(",", ":"))  # fmt: skip
+            body.append(text[1:-1])
+            yield
+        return f'{{"window":{self.detector.windows_closed},"scores":{{{",".join(body)}}}}}'
 
     def status(self) -> dict[str, Any]:
         """For status.json: the settings and the flagged ranks (every rank's scores: SCORES_FILE)."""
@@ -106,11 +134,11 @@ class StragglerWatch:
 
     def _scoring(self) -> bool:
         if not self.settings.enabled:
-            self.detector.window.clear()
+            self.detector.clear_window()
         return self.settings.enabled
 
-    def _publish(self, scores: list[RankScore]) -> None:
-        flagged = {x.rank: x for x in scores if x.flagged}
+    def _publish(self, flagged: dict[int, RankScore]) -> None:
+        """The ranks flagged now (rank -> its score): events for the newly flagged and the cleared."""
         for rank, x in flagged.items():
             if rank not in self.flags:
                 self.events.emit("launcher.straggler", node=x.node, rank=rank, score=round(x.score, 3),
@@ -120,25 +148,15 @@ class StragglerWatch:
             if rank not in flagged:
                 self.events.emit("launcher.straggler.cleared", node=x.node, rank=rank,
                                  window=self.detector.windows_closed)
-        self.flags, self.scores = flagged, scores
+        self.flags = flagged  # the scores themselves are not kept: SCORES_FILE has them
 
-    @staticmethod
-    def _per_node(scores: list[RankScore]) -> dict[str, dict[str, dict]]:
-        """What each agent is sent for its metrics: its own ranks' scores only."""
-        by_node: dict[str, dict[str, dict]] = {}
-        for x in scores:
-            if x.node:
-                by_node.setdefault(x.node, {})[str(x.rank)] = {"score": round(x.score, 3), "flagged": x.flagged,
-                                                               "kind": x.kind}  # fmt: skip
-        return by_node
-
-    def _write_scores(self, scores: list[RankScore]) -> None:
-        """Every rank's last scores, once a window (`nvrx-hpc straggler show`), atomically."""
-        body = ",".join(f'"{x.rank}":' + json.dumps(x.to_dict(), separators=(",", ":")) for x in scores)
+    def _write_scores(self, document: str) -> None:
+        """Every rank's last scores, once a window (`nvrx-hpc straggler show`), atomically. One tick at a time
+        calls it (from a thread, in `run`)."""
         path = self.run_dir / SCORES_FILE
         tmp = path.with_name(f".{SCORES_FILE}.tmp")
         try:
-            tmp.write_text(f'{{"window":{self.detector.windows_closed},"scores":{{{body}}}}}')
+            tmp.write_text(document)
             os.replace(tmp, path)
         except OSError as exc:
             log.warning("cannot write %s: %s", path, exc)
@@ -158,6 +176,6 @@ class StragglerWatch:
         settings = apply_control(self.base, control)
         self.detector.settings = settings
         if not settings.enabled:
-            self._publish([])
+            self._publish({})
         self.events.emit("launcher.straggler.settings", enabled=settings.enabled, threshold=settings.threshold,
                          exclude_at_restart=settings.exclude_at_restart, window=self.detector.windows_closed)

@@ -14,7 +14,6 @@ Pure: no clock, no I/O; `launcher/straggler_watch.py` feeds it and publishes wha
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -51,7 +50,7 @@ class StragglerSettings:
         return self.windows // 2 + 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RankScore:
     rank: int
     node: str | None
@@ -69,28 +68,31 @@ class RankScore:
 
 
 @dataclass
-class _Acc:
-    count: int = 0
-    total: float = 0.0
-
-
-@dataclass
 class StragglerDetector:
+    """What it keeps per rank is plain: maps of numbers and tuples of numbers, which CPython's garbage
+    collector stops tracking (objects per rank, at 16k ranks, would make each of its full passes walk ~100k
+    more and stall the launcher's event loop for tens of milliseconds)."""
+
     settings: StragglerSettings
-    window: dict[int, dict[str, _Acc]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(_Acc)))
+    # This window, per rank and section: the sections closed, and their seconds in all.
+    counts: dict[int, dict[str, int]] = field(default_factory=dict)
+    totals: dict[int, dict[str, float]] = field(default_factory=dict)
     nodes: dict[int, str] = field(default_factory=dict)
     best: dict[int, float] = field(default_factory=dict)  # rank -> its shortest compute time per step
-    history: dict[int, deque[tuple[float, float]]] = field(default_factory=dict)  # rank -> last (score, comm)
-    iterations: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # this window's, per rank
+    history: dict[int, tuple[tuple[float, float], ...]] = field(default_factory=dict)  # rank -> last (score, comm)
+    iterations: dict[int, int] = field(default_factory=dict)  # this window's, per rank
     windows_closed: int = 0
 
     def add(self, node: str, ranks: Mapping[str, Mapping[str, Iterable[float]]],
             iterations: Mapping[str, int] | None = None) -> None:
         """One agent's report: rank -> section -> (count, total_s, min_s) closed since its last report, and
         rank -> iterations set since then (for the step period)."""
+        its = self.iterations
         for rank_key, count in (iterations or {}).items():
             if str(rank_key).isdigit() and isinstance(count, int) and count > 0:
-                self.iterations[int(rank_key)] += count
+                rank = int(rank_key)
+                its[rank] = its.get(rank, 0) + count
+        ignore = self.settings.ignore_sections
         for rank_key, sections in ranks.items():
             try:
                 rank = int(rank_key)
@@ -99,62 +101,81 @@ class StragglerDetector:
             self.nodes[rank] = node
             if not isinstance(sections, Mapping):
                 continue
-            window = self.window[rank]
+            counts = self.counts.get(rank)
+            if counts is None:
+                counts, totals = self.counts[rank], self.totals[rank] = {}, {}
+            else:
+                totals = self.totals[rank]
             for name, stats in sections.items():
-                if name in self.settings.ignore_sections or not isinstance(stats, (list, tuple)) or len(stats) < 2:
+                if name in ignore or not isinstance(stats, (list, tuple)) or len(stats) < 2:
                     continue
                 count, total = stats[0], stats[1]
                 if type(count) is int and isinstance(total, (int, float)) and count > 0 and total >= 0:
-                    acc = window[name]
-                    acc.count += count
-                    acc.total += total
+                    counts[name] = counts.get(name, 0) + count
+                    totals[name] = totals.get(name, 0.0) + total
+
+    def clear_window(self) -> None:
+        """Forget what this window has gathered so far."""
+        self.counts, self.totals, self.iterations = {}, {}, {}
 
     def close_window(self) -> list[RankScore]:
         """Score the window that ends now and start the next; [] when fewer than two ranks reported."""
         return [score for part in self.close_window_in_parts() for score in part]
 
-    def close_window_in_parts(self, part: int = 1024) -> Iterator[list[RankScore]]:
+    def close_window_in_parts(self, part: int = 256) -> Iterator[list[RankScore]]:
         """`close_window`, a part of the ranks at a time: the launcher's event loop runs between parts
-        (16k ranks are ~0.2 s of Python, which a failure frame arriving meanwhile must not wait for)."""
-        window, self.window = self.window, defaultdict(lambda: defaultdict(_Acc))
-        iterations, self.iterations = self.iterations, defaultdict(int)
-        if len(window) < _MIN_RANKS:
+        (16k ranks are ~0.2 s of Python, which a failure frame arriving meanwhile must not wait for). No step
+        walks more than `part` ranks, but for the medians (a sort of all ranks' values, a few ms each)."""
+        counts, totals, iterations = self.counts, self.totals, self.iterations
+        self.clear_window()
+        if len(counts) < _MIN_RANKS:
             return
         self.windows_closed += 1
         comm = self.settings.comm_sections
-        ranks = sorted(window)
+        ranks = sorted(counts)
         compute: dict[int, float] = {}  # seconds per step in compute sections
         talk: dict[int, float] = {}  # ... and in communication sections
+        means: dict[str, list[float]] = {}  # section -> every rank's seconds per section
         for i, rank in enumerate(ranks):
             c = k = 0.0
-            for name, acc in window[rank].items():
+            rank_totals = totals[rank]
+            for name, count in counts[rank].items():
+                mean = rank_totals[name] / count
+                means.setdefault(name, []).append(mean)
                 if name in comm:
-                    k += acc.total / acc.count
+                    k += mean
                 else:
-                    c += acc.total / acc.count
+                    c += mean
             compute[rank], talk[rank] = c, k
             if i % part == part - 1:
                 yield []
-        medians = _median_means(window)
+        medians = {name: statistics.median(values) for name, values in means.items() if len(values) >= _MIN_RANKS}
+        yield []
         slowest = max(compute.values())
         # In a synchronous step everyone waits for the slowest rank's compute: what is left of a rank's
         # step after it is its own communication cost (a fast rank's long all-reduce is waiting).
-        own_comm = {r: max(0.0, talk[r] + compute[r] - slowest) for r in ranks}
+        own_comm: dict[int, float] = {}
+        for i, r in enumerate(ranks):
+            own_comm[r] = max(0.0, talk[r] + compute[r] - slowest)
+            if i % part == part - 1:
+                yield []
         typical_comm = statistics.median(own_comm.values())
+        yield []
         typical_compute = statistics.median(compute.values())
         steps = statistics.median(iterations.values()) if iterations else 0
         # The step period: from the iterations when the ranks report them, else the timed sections' sum.
         period = self.settings.window_s / steps if steps else typical_compute + typical_comm
         material = _MATERIAL * period
         for start in range(0, len(ranks), part):
-            yield [self._score(r, window[r], medians, compute[r], own_comm[r], typical_compute, typical_comm,
-                               material) for r in ranks[start : start + part]]  # fmt: skip
+            yield [self._score(r, counts[r], totals[r], medians, compute[r], own_comm[r], typical_compute,
+                               typical_comm, material) for r in ranks[start : start + part]]  # fmt: skip
 
-    def _score(self, rank: int, sections: Mapping[str, _Acc], medians: Mapping[str, float], compute: float,
-               own_comm: float, typical_compute: float, typical_comm: float, material: float) -> RankScore:
+    def _score(self, rank: int, counts: Mapping[str, int], totals: Mapping[str, float], medians: Mapping[str, float],
+               compute: float, own_comm: float, typical_compute: float, typical_comm: float,
+               material: float) -> RankScore:
         comm = self.settings.comm_sections
         if compute - typical_compute >= material:
-            score = _ratio({n: a for n, a in sections.items() if n not in comm}, medians)
+            score = _ratio([n for n in counts if n not in comm], counts, totals, medians)
         else:
             score = 1.0
         comm_score = min(1.0, typical_comm / own_comm) if own_comm - typical_comm >= material else 1.0
@@ -162,10 +183,9 @@ class StragglerDetector:
         self_score = min(1.0, best / compute) if best and compute > 0 else 1.0
         if compute > 0 and (best is None or compute < best):
             self.best[rank] = compute
-        past = self.history.get(rank)
-        if past is None or past.maxlen != self.settings.windows:  # new, or the window count changed
-            past = self.history[rank] = deque(past or (), maxlen=self.settings.windows)
-        past.append((score, comm_score))
+        # The last `windows` (a count changed while running applies at once).
+        past = (self.history.get(rank, ()) + ((score, comm_score),))[-self.settings.windows :]
+        self.history[rank] = past
         # Judged with the settings in force now: a threshold changed while running applies to the windows
         # already seen, so it takes effect at once.
         kinds = [self._kind(*scored) for scored in past]
@@ -179,18 +199,11 @@ class StragglerDetector:
         return "compute" if score < threshold else "communication" if comm_score < threshold else ""
 
 
-def _median_means(window: Mapping[int, Mapping[str, _Acc]]) -> dict[str, float]:
-    per_section: dict[str, list[float]] = defaultdict(list)
-    for sections in window.values():
-        for name, acc in sections.items():
-            per_section[name].append(acc.total / acc.count)
-    return {name: statistics.median(means) for name, means in per_section.items() if len(means) >= _MIN_RANKS}
-
-
-def _ratio(sections: Mapping[str, _Acc], reference: Mapping[str, float]) -> float:
+def _ratio(names: list[str], counts: Mapping[str, int], totals: Mapping[str, float],
+           reference: Mapping[str, float]) -> float:
     """Reference time over own time for the same work (the sections both know); 1.0 when there is none."""
-    own = sum(a.total for n, a in sections.items() if n in reference)
-    expected = sum(reference[n] * a.count for n, a in sections.items() if n in reference)
+    own = sum(totals[n] for n in names if n in reference)
+    expected = sum(reference[n] * counts[n] for n in names if n in reference)
     if own <= 0 or expected <= 0:
         return 1.0
     return min(1.0, expected / own)

@@ -26,6 +26,7 @@ class ScriptedHub:
         self.events: asyncio.Queue = asyncio.Queue()
         self.agents = {n: Link(now) for n in nodes}
         self.sent: list[tuple[m.Kind, dict]] = []
+        self.on_event = None  # the real hub calls it from its socket callback; this one queues its events
 
     def broadcast(self, record: type[m.Frame], **data) -> None:
         self.sent.append((record.KIND, data))
