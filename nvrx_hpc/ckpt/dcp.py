@@ -33,6 +33,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader, FileSystemWriter
 from torch.futures import Future
 
+from nvrx_hpc.ckpt import dcp_stage
 from nvrx_hpc.ckpt.api import Scheme
 from nvrx_hpc.ckpt.drain import copy_file
 from nvrx_hpc.ckpt.fsutil import fsync_dir, remove_quietly, remove_tree, write_atomic
@@ -125,13 +126,16 @@ class DcpWriter(FileSystemWriter):
         replicate: "auto" (partner copies when the job spans two or more domains), True (required), False.
         keep: committed versions kept per domain root (0 keeps all).
         commit_timeout_s: how long a non-zero domain's leader waits for rank 0's commit.
+        cache_staging: `dcp.async_save` copies the state into a host copy kept across saves of the same
+            structure (ckpt.dcp_stage; it holds one host copy of the state), so the copy touches no new
+            memory. False: a new copy per save, as torch's own stager.
 
     The version is `checkpoint_id` given to dcp.save (a plain name), else `v<seq>`.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, failure_domain: str | None = None,
                  replicate: bool | str = "auto", keep: int = 2, commit_timeout_s: float = 600.0,
-                 thread_count: int = 1) -> None:
+                 thread_count: int = 1, cache_staging: bool = True) -> None:
         self.domain = failure_domain or default_failure_domain()
         self.root = Path(os.fspath(root).replace("{domain}", self.domain))
         super().__init__(self.root, single_file_per_rank=True, sync_files=True, thread_count=thread_count,
@@ -147,7 +151,18 @@ class DcpWriter(FileSystemWriter):
         self._stop = threading.Event()
         self._commit_error: BaseException | None = None
         self._world = 1
+        self.cache_staging = bool(cache_staging)
         atexit.register(self._settle_committer)
+
+    # -- dcp.async_save's blocking part, in the training thread ---------------------------------------------
+    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """The state's host copy (kept across saves unless cache_staging=False)."""
+        if self.cache_staging:
+            self.per_thread_copy_ahead = 0  # as FileSystemWriter.stage: the staged state is on the host already
+            staged = dcp_stage.stage(state_dict)
+        else:
+            staged = super().stage(state_dict)
+        return staged
 
     # -- DCP's StorageWriter calls -----------------------------------------------------------------------
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
