@@ -53,6 +53,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _FILE = re.compile(r"^__\d+_\d+\.distcp$")  # torch's data file names
 _TAG = 31
 _POLL_S = 0.02
+_GO_TIMEOUT_S = 5.0
 
 
 def _check_name(version: str) -> str:
@@ -152,9 +153,12 @@ class DcpWriter(FileSystemWriter):
         self._commit_error: BaseException | None = None
         self._world = 1
         self.cache_staging = bool(cache_staging)
+        self._go: threading.Event | None = None  # set from stage() to synchronize_staging() of an async_save
         atexit.register(self._settle_committer)
 
     # -- dcp.async_save's blocking part, in the training thread ---------------------------------------------
+    _synchronize_after_execute = True  # async_save calls synchronize_staging once the save's thread started
+
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         """The state's host copy (kept across saves unless cache_staging=False)."""
         if self.cache_staging:
@@ -162,10 +166,19 @@ class DcpWriter(FileSystemWriter):
             staged = dcp_stage.stage(state_dict)
         else:
             staged = super().stage(state_dict)
+        self._go = threading.Event()
         return staged
+
+    def synchronize_staging(self) -> None:
+        """async_save's last step before it returns: the save's thread may go on (see reset)."""
+        if self._go is not None:
+            self._go.set()
 
     # -- DCP's StorageWriter calls -----------------------------------------------------------------------
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        if self._go is not None:  # the first call in async_save's thread: it starts once async_save returns,
+            self._go.wait(_GO_TIMEOUT_S)  # so the caller does not wait for the GIL behind the planning
+            self._go = None
         if checkpoint_id:
             self._requested = _check_name(os.fspath(checkpoint_id))
         self.save_id = uuid.uuid4().hex

@@ -84,3 +84,25 @@ def test_async_saves_through_the_writer_keep_each_steps_values(tmp_path):
         dcp.load(into, storage_reader=FileSystemReader(tmp_path / domain / f"s{step}"), no_dist=True)
         assert torch.equal(into["w"], values(step)["w"]) and torch.equal(into["b"], values(step)["b"])
         assert into["step"] == step
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_the_save_thread_plans_only_after_async_save_let_it_go(tmp_path):
+    import torch.distributed.checkpoint as dcp
+
+    from nvrx_hpc.ckpt import DcpWriter
+
+    class Probe(DcpWriter):
+        synced = planned_after_sync = False
+
+        def synchronize_staging(self) -> None:
+            self.synced = True
+            super().synchronize_staging()
+
+        def set_up_storage_writer(self, *args, **kwargs) -> None:
+            self.planned_after_sync = self.synced
+            super().set_up_storage_writer(*args, **kwargs)
+
+    writer = Probe(tmp_path / "{domain}", failure_domain="a")
+    dcp.async_save({"w": torch.ones(4)}, storage_writer=writer, checkpoint_id="s1").result()
+    assert writer.planned_after_sync and writer._go is None
