@@ -33,6 +33,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader, FileSystemWriter
 from torch.futures import Future
 
+from nvrx_hpc.ckpt import dcp_stage
 from nvrx_hpc.ckpt.api import Scheme
 from nvrx_hpc.ckpt.drain import copy_file
 from nvrx_hpc.ckpt.fsutil import fsync_dir, remove_quietly, remove_tree, write_atomic
@@ -52,6 +53,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _FILE = re.compile(r"^__\d+_\d+\.distcp$")  # torch's data file names
 _TAG = 31
 _POLL_S = 0.02
+_GO_TIMEOUT_S = 5.0
 
 
 def _check_name(version: str) -> str:
@@ -125,13 +127,16 @@ class DcpWriter(FileSystemWriter):
         replicate: "auto" (partner copies when the job spans two or more domains), True (required), False.
         keep: committed versions kept per domain root (0 keeps all).
         commit_timeout_s: how long a non-zero domain's leader waits for rank 0's commit.
+        cache_staging: `dcp.async_save` copies the state into a host copy kept across saves of the same
+            structure (ckpt.dcp_stage; it holds one host copy of the state), so the copy touches no new
+            memory. False: a new copy per save, as torch's own stager.
 
     The version is `checkpoint_id` given to dcp.save (a plain name), else `v<seq>`.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, failure_domain: str | None = None,
                  replicate: bool | str = "auto", keep: int = 2, commit_timeout_s: float = 600.0,
-                 thread_count: int = 1) -> None:
+                 thread_count: int = 1, cache_staging: bool = True) -> None:
         self.domain = failure_domain or default_failure_domain()
         self.root = Path(os.fspath(root).replace("{domain}", self.domain))
         super().__init__(self.root, single_file_per_rank=True, sync_files=True, thread_count=thread_count,
@@ -147,10 +152,33 @@ class DcpWriter(FileSystemWriter):
         self._stop = threading.Event()
         self._commit_error: BaseException | None = None
         self._world = 1
+        self.cache_staging = bool(cache_staging)
+        self._go: threading.Event | None = None  # set from stage() to synchronize_staging() of an async_save
         atexit.register(self._settle_committer)
+
+    # -- dcp.async_save's blocking part, in the training thread ---------------------------------------------
+    _synchronize_after_execute = True  # async_save calls synchronize_staging once the save's thread started
+
+    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """The state's host copy (kept across saves unless cache_staging=False)."""
+        if self.cache_staging:
+            self.per_thread_copy_ahead = 0  # as FileSystemWriter.stage: the staged state is on the host already
+            staged = dcp_stage.stage(state_dict)
+        else:
+            staged = super().stage(state_dict)
+        self._go = threading.Event()
+        return staged
+
+    def synchronize_staging(self) -> None:
+        """async_save's last step before it returns: the save's thread may go on (see reset)."""
+        if self._go is not None:
+            self._go.set()
 
     # -- DCP's StorageWriter calls -----------------------------------------------------------------------
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        if self._go is not None:  # the first call in async_save's thread: it starts once async_save returns,
+            self._go.wait(_GO_TIMEOUT_S)  # so the caller does not wait for the GIL behind the planning
+            self._go = None
         if checkpoint_id:
             self._requested = _check_name(os.fspath(checkpoint_id))
         self.save_id = uuid.uuid4().hex

@@ -85,16 +85,19 @@ def run(target, world: int, *args, timeout: float = 45.0) -> None:
 
 # -- ranks ------------------------------------------------------------------------------------------------
 def save_sharded(rank: int, world: int, bb: str) -> None:
-    """4 ranks, domains a,a,b,b: a DTensor sharded by rows, a tensor per rank, a Python value."""
+    """4 ranks, domains a,a,b,b: a DTensor sharded by rows, a tensor per rank, a Python value (async_save)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
+    from nvrx_hpc.ckpt import dcp_stage
+
     mesh = init_device_mesh("cpu", (world,))
     writer = DcpWriter(bb, failure_domain="ab"[rank // 2])
-    for step in (1, 2):
+    for step in (1, 2):  # async: step 2 is staged into the host copy kept from step 1 (dcp_stage)
         state = {"w": distribute_tensor(full(step), mesh, [Shard(0)]), f"r{rank}": own(rank, step), "step": step}
-        dcp.save(state, storage_writer=writer, checkpoint_id=f"step-{step}")
+        dcp.async_save(state, storage_writer=writer, checkpoint_id=f"step-{step}").result()
         writer.wait_committed()
+        assert len(dcp_stage._copies) == 1
 
 
 def load_resharded(rank: int, world: int, reader_args: dict, step: int) -> None:
