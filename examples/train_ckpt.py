@@ -101,6 +101,14 @@ def batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, (x[:, :4].sum(1, keepdim=True) - x[:, 4:8].prod(1, keepdim=True)).tanh()
 
 
+def set_mean_grads(params: list[torch.Tensor], flat: torch.Tensor, world: int) -> None:
+    """Each parameter's gradient from the all-reduced flat sum (extra trailing values are ignored)."""
+    offset = 0
+    for p in params:
+        p.grad.copy_(flat[offset : offset + p.numel()].view_as(p) / world)
+        offset += p.numel()
+
+
 def digest(tensors: list[torch.Tensor]) -> str:
     h = xxhash.xxh3_64()
     for t in tensors:
@@ -162,10 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         with worker.section("allreduce"):
             inject(faults, "stuckin", rank, step, restart)
             dist.all_reduce(flat)
-        offset = 0
-        for p in params:
-            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p) / world)
-            offset += p.numel()
+        set_mean_grads(params, flat, world)
         opt.step()
         progress["seen"] += torch.tensor([1, x.shape[0]])
         progress["loss_ema"] = (0.9 * progress["loss_ema"].float() + 0.1 * loss.detach()).to(torch.bfloat16)

@@ -27,7 +27,7 @@ from nvrx_hpc import inprocess, worker
 from nvrx_hpc.ckpt import AsyncCheckpointer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_ckpt import Adam, batch, digest  # noqa: E402 - the sibling example's model pieces
+from train_ckpt import Adam, batch, digest, set_mean_grads  # noqa: E402 - the sibling example's model pieces
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -109,10 +109,7 @@ def train(ctx: inprocess.Context, args: argparse.Namespace, faults: list) -> str
         flat = torch.cat([p.grad.reshape(-1) for p in params])
         with worker.section("allreduce"):
             dist.all_reduce(flat)
-        offset = 0
-        for p in params:
-            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p) / world)
-            offset += p.numel()
+        set_mean_grads(params, flat, world)
         opt.step()
         worker.set_iteration(step)
         if args.step_time > 0:

@@ -59,6 +59,18 @@ def submit(cluster, tmp_path: Path, name: str, *, nodes: int, spares: int, fault
     return done.stdout.strip().split(";")[0], run_dir
 
 
+def sbatch_exec(cluster, tmp_path: Path, name: str, argv: list[str], env: dict[str, str],
+                tasks_per_node: int = 2) -> str:
+    """sbatch a 2-node job whose script exports `env` and execs `argv`; its output is `<tmp_path>/<name>.out`."""
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    script = tmp_path / f"{name}.sh"
+    script.write_text("#!/bin/bash\n" + exports + "exec " + shlex.join(argv) + "\n")
+    done = cluster.run(["sbatch", "--parsable", "--nodes=2", f"--ntasks-per-node={tasks_per_node}", "--time=5",
+                        "--no-kill", f"--output={tmp_path / name}.out", str(script)], timeout=30)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0]
+
+
 def train_argv(cluster, tmp_path: Path, name: str) -> list[str]:
     """The training command alone (for scripts rendered from the sbatch template)."""
     run_dir = tmp_path / name

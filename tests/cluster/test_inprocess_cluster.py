@@ -10,11 +10,10 @@ model hash.
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 
-from _faults import REPO, bb_dir, events, final_hash, kinds, transcript, wait_job
+from _faults import REPO, bb_dir, events, final_hash, kinds, sbatch_exec, transcript, wait_job
 
 TRAIN = REPO / "examples" / "train_inprocess.py"
 STEPS = 30
@@ -28,13 +27,7 @@ def _submit(cluster, tmp_path: Path, name: str, faults: str, spare_ranks: int = 
             "--", sys.executable, str(TRAIN), "--steps", str(STEPS), "--step-time", "0.05", "--hidden", "32",
             "--bb-dir", bb_dir(cluster, tmp_path, name), "--faults", faults]  # fmt: skip
     env = {"NVRX_INPROCESS__PG_TIMEOUT_S": "3", "NVRX_INPROCESS__SOFT_TIMEOUT_S": "3"}
-    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-    script = tmp_path / f"{name}.sh"
-    script.write_text("#!/bin/bash\n" + exports + "exec " + shlex.join(argv) + "\n")
-    done = cluster.run(["sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=2", "--time=5", "--no-kill",
-                        f"--output={tmp_path / name}.out", str(script)], timeout=30)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().split(";")[0], run_dir
+    return sbatch_exec(cluster, tmp_path, name, argv, env), run_dir
 
 
 def test_raise_sigkill_and_hang_recover_in_process_and_a_loss_without_spare_escalates(cluster, tmp_path):

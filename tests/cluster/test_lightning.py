@@ -9,12 +9,11 @@ the uninterrupted run's bit for bit.
 from __future__ import annotations
 
 import collections
-import shlex
 import sys
 from pathlib import Path
 
 import pytest
-from _faults import REPO, bb_dir, events, kinds, transcript, wait_job
+from _faults import REPO, bb_dir, events, kinds, sbatch_exec, transcript, wait_job
 
 pytest.importorskip("pytorch_lightning")
 
@@ -27,13 +26,7 @@ def _submit(cluster, tmp_path: Path, name: str, env: dict[str, str]) -> tuple[st
     argv = [sys.executable, "-m", "nvrx_hpc", "run", "--spares", "0", "--run-dir", str(run_dir), "--stop-grace", "2",
             "--", sys.executable, str(TRAIN), "--steps", str(STEPS), "--ckpt-every", str(EVERY),
             "--bb-dir", bb_dir(cluster, tmp_path, name), "--out", str(run_dir / "out")]  # fmt: skip
-    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-    script = tmp_path / f"{name}.sh"
-    script.write_text("#!/bin/bash\n" + exports + "exec " + shlex.join(argv) + "\n")
-    done = cluster.run(["sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=2", "--time=5", "--no-kill",
-                        f"--output={tmp_path / name}.out", str(script)], timeout=30)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().split(";")[0], run_dir
+    return sbatch_exec(cluster, tmp_path, name, argv, env), run_dir
 
 
 def _losses(run_dir: Path, rank: int) -> dict[int, set[str]]:
