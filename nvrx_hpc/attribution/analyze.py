@@ -103,10 +103,11 @@ def _job_id(files: RunFiles, events: Sequence[Any], hits: Sequence[Hit], given: 
 
 def _scan_logs(
     scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int],
-    dated: list[float], rank_hosts: dict[int, str],
+    dated: list[float], rank_hosts: dict[int, str], addr_hosts: dict[str, str],
 ) -> tuple[list[Hit], int]:
     """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show,
-    `dated` a few of their dated stamps, `rank_hosts` the hosts their prefixes pair with ranks."""
+    `dated` a few of their dated stamps, `rank_hosts` the hosts their prefixes pair with ranks,
+    `addr_hosts` the hosts their lines pair with network addresses."""
     hits: list[Hit] = []
     scanned = 0
     for index, path in enumerate([*files.logs, *files.stacks], start=1):
@@ -119,11 +120,13 @@ def _scan_logs(
             rank = rank_of(path)
             ctx = LineContext(source, rank=rank, node=node_of_file(path, files.root), year=year, file_index=index)
             found = scanner.scan_file(path, ctx)
-            ranks, stamps, hosts = sample_file(path)
+            ranks, stamps, hosts, addresses = sample_file(path)
             seen_ranks.update(ranks)
             dated.extend(stamps)
             for r, host in hosts.items():
                 rank_hosts.setdefault(r, host)
+            for addr, host in addresses.items():
+                addr_hosts.setdefault(addr, host)
             if rank is not None:
                 seen_ranks.add(rank)
         except OSError as exc:
@@ -174,7 +177,8 @@ def analyze(
     seen_ranks: set[int] = set()
     dated: list[float] = []
     rank_hosts: dict[int, str] = {}
-    hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts)
+    addr_hosts: dict[str, str] = {}
+    hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts)
     for r in records:
         if r.traceback:
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
@@ -189,7 +193,7 @@ def analyze(
     verdict = decide(
         Findings(hits=hits, records=records, events=events, health=health, fr=fr, job_state=job_state,
                  job_nodes=tuple(job_nodes), seen_ranks=frozenset(seen_ranks),
-                 rank_hosts=rank_hosts)
+                 rank_hosts=rank_hosts, addr_hosts=addr_hosts)
     )  # fmt: skip
     inputs = {
         "logs": len(files.logs),

@@ -17,6 +17,7 @@ from pathlib import Path
 from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.launchers import NOT_HOSTS, enrich, name_oom_victims, name_victims
 from nvrx_hpc.attribution.lines import parse_time, ranks_of
+from nvrx_hpc.attribution.peers import sample_addresses
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
 __all__ = ["node_of_file", "sample_file", "align_years", "enrich", "drop_recovered", "name_oom_victims",
@@ -71,11 +72,11 @@ def node_of_file(path: Path, root: Path | None = None) -> str | None:
     return None
 
 
-def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float], dict[int, str]]:
+def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float], dict[int, str], dict[str, str]]:
     """What the first and last `sample` bytes of a file say about the job, failure lines or not: the
     ranks named by line prefixes (`12: `, `[rank12]:`, `[default12]:`; a rank that prints nothing wrong
     still prints at start-up or at its end), a few dated stamps (to put yearless ones in their year), and
-    the hosts those prefixes pair with a rank."""
+    the hosts those prefixes pair with a rank, and the hosts lines pair with an address (`peers`)."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -85,9 +86,11 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float
                 f.seek(size - sample)
                 tail = f.read(sample)
     except OSError:
-        return set(), [], {}
-    found, dated, hosts = set(), [], {}
+        return set(), [], {}, {}
+    found, dated, hosts, addresses = set(), [], {}, {}
     for data in (head, tail):
+        for addr, host in sample_addresses(data).items():
+            addresses.setdefault(addr, host)
         for m in _HOST_RANK.finditer(data):
             host, rank = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
             hosts.setdefault(int(rank), host.decode())
@@ -99,7 +102,7 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float
                 dated.append(t)
             if len(dated) >= 8:
                 break
-    return found, dated, hosts
+    return found, dated, hosts, addresses
 
 
 def align_years(hits: Sequence[Hit], anchors: Iterable[float]) -> list[Hit]:

@@ -34,6 +34,7 @@ from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
+from nvrx_hpc.attribution.peers import names_peer, peer_suspect
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
 __all__ = ["Findings", "decide", "DEFAULT_RESTARTABLE"]
@@ -81,6 +82,7 @@ class Findings:
     job_nodes: Sequence[str] = ()
     seen_ranks: frozenset[int] = frozenset()
     rank_hosts: Mapping[int, str] = field(default_factory=dict)  # from line prefixes that are no hit
+    addr_hosts: Mapping[str, str] = field(default_factory=dict)  # network address -> host (peers.py)
 
 
 @dataclass
@@ -319,6 +321,17 @@ def decide(f: Findings) -> Verdict:
     nodes = sorted(({n for c in co for n in c.nodes} if nodes_from_co else set())
                    | {rank_nodes[r] for r in ranks if r in rank_nodes})  # fmt: skip
     gpus = sorted({g for c in co for g in c.gpus}) if nodes_from_co else []
+    peer_unknown = False
+    if category is Category.NETWORK and root.kind == "log" and names_peer(root.evidence.text):
+        # Several hosts report errors talking to a peer: the peer most of them name, not the reporters
+        # (a root that is a host's own link going down stays that host's).
+        peer = peer_suspect(f.hits, rank_nodes, f.addr_hosts)
+        if peer is not None:
+            ranks, nodes, gpus = [], [peer.node] if peer.node else [], []
+            peer_unknown = peer.node is None
+            found_by = (f"; {peer.votes} of {peer.reporters} reporting hosts name their peer {peer.node}"
+                        if peer.node else
+                        f"; {peer.reporters} hosts report it and no one peer host stands out, so none is named")
     if category is Category.NUMERICAL and len(nodes) >= 2:
         ranks, nodes, gpus = [], [], []  # NaN on several nodes: the run diverged, no one GPU did it
     if category is Category.SCHEDULER:
@@ -336,6 +349,7 @@ def decide(f: Findings) -> Verdict:
     rivals = {c.category for c in causes if c.strength == root.strength and c.category is not root.category}
     confidence = _BASE_CONFIDENCE[root.strength] + (0.1 if corroborated else 0) + (0.05 if nodes or ranks else 0)
     confidence -= 0.1 if rivals and root.strength < 3 else 0
+    confidence -= 0.15 if peer_unknown else 0
     if category is Category.UNKNOWN:
         confidence = min(confidence, 0.3)
     unhealthy = {p.node for p in f.health}

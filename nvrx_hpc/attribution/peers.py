@@ -1,0 +1,121 @@
+"""Who a network error is about: the remote peer that several hosts name, not the hosts that print it.
+
+An InfiniBand/RoCE completion error, an EFA timeout or a socket reset is printed by the end that saw
+it fail, and names the other end by address (`Got completion from peer 10.0.0.7<40213>`, `Call to recv
+from 10.0.0.5<5521>`, `Peer host id: i-07f3`). When several hosts report and most of them name one
+peer, that peer is the suspect. Addresses become hosts through whatever the logs give: each reporting
+line's own `localGid ::ffff:<ip>`, NCCL's `Bootstrap : Using eth0:<ip>` and `NET/IB : Using ... OOB
+ib0:<ip>` with its `host:pid:tid` prefix, DeepSpeed's `Using IP address of <ip> for node <host>`,
+hosts-file lines (`<ip>  <host>`) and `<host> (<ip>)`. `sample_addresses` reads those from a file's
+sampled head and tail (regexes over whole byte blocks, no per-line Python work); `peer_suspect` decides.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from nvrx_hpc.attribution.api import Category, Hit, Role
+
+__all__ = ["sample_addresses", "peer_suspect", "names_peer", "PeerFinding"]
+
+_IP = rb"(?:\d{1,3}\.){3}\d{1,3}"
+_HOST = rb"[A-Za-z][\w-]*(?:\.[A-Za-z][\w-]*)*"
+# (host group, address group) per pattern; the host comes first unless the pattern says otherwise.
+_ADDRESS_LINES = (
+    (
+        re.compile(
+            rb"(" + _HOST + rb"):\d+:\d+ \[\d+\] NCCL INFO (?:Bootstrap|NET/IB|NET/Socket)[^\n]*?Using"
+            rb"[^\n]*?[:\s](" + _IP + rb")<"
+        ),
+        1,
+        2,
+    ),
+    (re.compile(rb"Using IP address of (" + _IP + rb") for node (" + _HOST + rb")"), 2, 1),
+    (re.compile(rb"(?m)^[ \t]*(" + _IP + rb")[ \t]+(" + _HOST + rb")(?:[ \t]+[\w.-]+)*[ \t]*$"), 2, 1),
+    (re.compile(rb"\b(" + _HOST + rb") \((" + _IP + rb")\)"), 1, 2),
+)
+# The remote end a reporting line names, and its own end (to map addresses to the reporter's host).
+_PEER = re.compile(
+    r"(?:from peer|Peer host id:|Call to \w+ (?:from|to)|[Cc]onnect to) ?(?:host )?"
+    r"(?P<peer>[\w.:\-]+?)(?:<\d+>|[\s),]|$)"
+)
+_LOCAL = re.compile(r"(?:localGid|My host id:) ?(?P<local>[\w.:\-]+?)(?:[\s),]|$)")
+_NETWORK_ROLES = (Role.ROOT, Role.WEAK)
+
+
+def _norm(addr: str) -> str:
+    addr = addr.strip().lower()
+    return addr.removeprefix("::ffff:")
+
+
+def _short(name: str, known: set[str]) -> str:
+    """`cn-g005.cluster` -> `cn-g005` when the job knows the host by its short name."""
+    short = name.split(".", 1)[0]
+    return short if name not in known and short in known else name
+
+
+def names_peer(text: str) -> bool:
+    """Whether a line names the remote end it failed to talk to."""
+    return _PEER.search(text) is not None
+
+
+def sample_addresses(data: bytes) -> dict[str, str]:
+    """address -> host from the lines of `data` that pair them (see the module docstring)."""
+    out: dict[str, str] = {}
+    for pattern, host_group, addr_group in _ADDRESS_LINES:
+        for m in pattern.finditer(data):
+            out.setdefault(m.group(addr_group).decode(), m.group(host_group).decode())
+    return out
+
+
+@dataclass(frozen=True)
+class PeerFinding:
+    node: str | None  # the peer host most reporters name; None when the logs do not single one out
+    peer: str | None  # the address they name
+    reporters: int  # how many hosts reported a peer
+    votes: int  # how many of them name `peer`
+
+
+def peer_suspect(
+    hits: Iterable[Hit], rank_nodes: Mapping[int, str], addr_hosts: Mapping[str, str]
+) -> PeerFinding | None:
+    """The peer that most hosts reporting network errors name, when two or more hosts report.
+
+    None when fewer than two hosts report a peer (the one reporter stays the suspect: its own link).
+    A peer named by at least two hosts, more than any other, is the suspect: its host when an address
+    maps to one (else `node` is None). When no peer is named by two hosts (two ends naming each other,
+    or each a different peer), the link or the fabric is at fault, not one host: `node` is None.
+    """
+    named: list[tuple[str, str]] = []  # (reporter host, peer address)
+    hosts = dict(addr_hosts)
+    for h in hits:
+        if h.category is not Category.NETWORK or h.role not in _NETWORK_ROLES:
+            continue
+        host = h.node or (rank_nodes.get(h.rank) if h.rank is not None else None)
+        peer = _PEER.search(h.text)
+        if host is None or peer is None:
+            continue
+        local = _LOCAL.search(h.text)
+        if local is not None:
+            hosts.setdefault(_norm(local.group("local")), host)
+        named.append((host, _norm(peer.group("peer"))))
+    if len({host for host, _ in named}) < 2:
+        return None
+    votes: dict[str, set[str]] = defaultdict(set)
+    known = set(rank_nodes.values()) | {host for host, _ in named}
+    for host, peer in named:
+        target = _short(hosts.get(peer, peer), known)
+        if target != host:
+            votes[target].add(host)
+    reporters = len({host for host, _ in named})
+    if not votes:
+        return PeerFinding(None, None, reporters, 0)
+    ranked = sorted(votes.items(), key=lambda kv: -len(kv[1]))
+    top, voters = ranked[0]
+    if len(voters) < 2 or (len(ranked) > 1 and len(ranked[1][1]) == len(voters)):
+        return PeerFinding(None, None, reporters, len(voters))
+    node = top if top in known or top in hosts.values() else None
+    return PeerFinding(node, top, reporters, len(voters))
