@@ -60,6 +60,10 @@ _NODE_LOST = ("node_failure", "slurm.node_fail")
 # A host resource that runs out is the workload's demand, unless it ran out on one node of several that
 # ran the same work: then it is that node's state (a /dev/shm full of an earlier job's files).
 _NODE_LOCAL_WHEN_ALONE = ("shm_exhausted",)
+# A host OOM kill after the job ran this long is memory that grew over the run (a leak, a cache, one
+# unlucky batch): a restart from its checkpoints makes progress again. Sooner, it is the job's demand.
+_HOST_OOM = ("linux_oom_kill", "slurm_oom_kill")
+_RAN_LONG_S = 3600.0
 _SIGNAL_CAUSE = {  # signal -> (category, strength, text)
     "SIGSEGV": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGSEGV"),
     "SIGBUS": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGBUS"),
@@ -83,6 +87,7 @@ class Findings:
     seen_ranks: frozenset[int] = frozenset()
     rank_hosts: Mapping[int, str] = field(default_factory=dict)  # from line prefixes that are no hit
     addr_hosts: Mapping[str, str] = field(default_factory=dict)  # network address -> host (peers.py)
+    started: float | None = None  # the earliest dated stamp of the job's logs, events and records
 
 
 @dataclass
@@ -332,6 +337,10 @@ def decide(f: Findings) -> Verdict:
             found_by = (f"; {peer.votes} of {peer.reporters} reporting hosts name their peer {peer.node}"
                         if peer.node else
                         f"; {peer.reporters} hosts report it and no one peer host stands out, so none is named")
+    shared_disk = root.signature == "disk_full" and "quota" not in root.evidence.text.lower() and len(ranks) >= 2
+    if shared_disk:
+        ranks, nodes, gpus = [], [], []  # several writers found it full: the shared file system, not a rank
+        found_by = "; several ranks found it full, so the shared file system is full, not one rank's disk"
     if category is Category.NUMERICAL and len(nodes) >= 2:
         ranks, nodes, gpus = [], [], []  # NaN on several nodes: the run diverged, no one GPU did it
     if category is Category.SCHEDULER:
@@ -343,6 +352,11 @@ def decide(f: Findings) -> Verdict:
         restartable = True
     elif root.signature in _NODE_LOCAL_WHEN_ALONE and len(nodes) == 1 and set(rank_nodes.values()) - set(nodes):
         restartable = True  # the job's other nodes ran the same work without it: this node's state
+    ran_long = (root.signature in _HOST_OOM and root.time is not None and f.started is not None
+                and root.time - f.started >= _RAN_LONG_S)  # fmt: skip
+    if ran_long or shared_disk:
+        restartable = True  # neither names a node at fault: retry, exclude nobody
+        found_by += "; it came after the job ran over an hour, so a restart makes progress" if ran_long else ""
     corroborated = any(
         c.kind != root.kind and (set(c.ranks) & set(ranks) or set(c.nodes) & set(nodes)) for c in causes
     ) or (root.kind != "log" and any(c.kind == "log" and c.category is root.category for c in causes))
@@ -355,7 +369,7 @@ def decide(f: Findings) -> Verdict:
     unhealthy = {p.node for p in f.health}
     if not restartable:
         action, exclude = Action.STOP, ()
-    elif nodes and (category.infra or set(nodes) & unhealthy):
+    elif nodes and (category.infra or set(nodes) & unhealthy) and not ran_long:
         action, exclude = Action.EXCLUDE_AND_RETRY, tuple(nodes)
     else:
         action, exclude = Action.RETRY, ()
