@@ -57,6 +57,10 @@ def _xids(codes: tuple[int, ...]) -> str:
 
 
 _XID_HEAD = r"NVRM: Xid \((?:PCI:)?(?P<gpu>[0-9A-Fa-f:.]+)\): "
+# NCCL up to 2.2x prints `status=12` (or `error 12,`); later ones `status=transport retry counter exceeded(12)`,
+# and the GIN transport `NET/IB/GIN:`.
+_IB_COMPLETION = (r"NET/IB(?:/\w+)? ?: Got completion from peer (?P<peer>\S+) with "
+                  r"(?:error |status=)(?:[A-Za-z][\w ]*?\()?")
 _SLURM_CANCEL = r"\*\*\* (?:JOB|STEP) (?P<job>[\d.]+(?:\.\w+)?) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
 
 CATALOG: tuple[Signature, ...] = (
@@ -86,17 +90,22 @@ CATALOG: tuple[Signature, ...] = (
     # ---- network --------------------------------------------------------------------------------
     Signature(  # status 5 is a flushed work request: the queue pair had already failed (a peer went away)
         "nccl_ib_flush", _N, _WEAK,
-        r"NET/IB ?: Got completion from peer (?P<peer>\S+) with (?:error |status=)(?P<status>5)\b",
+        _IB_COMPLETION + r"(?P<status>5)\b",
         ("NET/IB",), True, "InfiniBand work request flushed (status 5) talking to {peer}",
         ("n3:812:930 [2] NCCL WARN NET/IB : Got completion from peer 10.0.0.7<40213> with status=5 opcode=0 "
-         "len=0 vendor err 249 (Recv)",),
+         "len=0 vendor err 249 (Recv)",
+         "n3:812:930 [2] NCCL WARN NET/IB: Got completion from peer 10.0.0.7<40213> with status=Work Request Flushed "
+         "Error(5) opcode=Recv(128) vendor_err=244 localGid ::ffff:10.0.0.3 remoteGidsfe80::7 hca mlx5_0"),
     ),
     Signature(
         "nccl_ib_completion", _N, _ROOT,
-        r"NET/IB ?: Got completion from peer (?P<peer>\S+) with (?:error |status=)(?P<status>\d+)",
+        _IB_COMPLETION + r"(?P<status>\d+)",
         ("NET/IB",), True, "InfiniBand completion error (status {status}) talking to {peer}",
         ("n3:812:930 [2] NCCL INFO NET/IB : Got completion from peer 10.0.0.7<40213> with status=12 opcode=0 "
-         "len=0 vendor err 129 (Recv)",),
+         "len=0 vendor err 129 (Recv)",
+         "n3:812:930 [2] NCCL WARN NET/IB: Got completion from peer 10.0.0.7<40213> with status=transport retry "
+         "counter exceeded(12) opcode=Send(0) vendor_err=129 localGid ::ffff:10.0.0.3 hca mlx5_0",
+         "n3:812:930 [2] NCCL WARN NET/IB/GIN: Got completion from peer 10.0.0.7<40213> with status=12 opcode=1"),
     ),
     Signature(
         "nic_link_down", _N, _ROOT,
