@@ -20,6 +20,11 @@ __all__ = ["classify_line", "parse_time", "read_header", "LineContext", "split_p
 
 MAX_TEXT = 400  # characters of a line kept in a hit
 
+# A collector's or `ts`'s stamp before a runner prefix (`2024-03-14T02:10:00.123Z 12: ...`): stripped, its
+# time kept. Only before a prefix, so a journal's `2024-...T... host kernel:` header stays whole.
+LEAD_STAMP = (r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s+"
+              r"(?=\s*\d{1,7}: |\[rank\d|\[default\d|\[\d+,\d+\]<)")
+_LEAD = re.compile("^" + LEAD_STAMP)
 _SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): ")
 _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
@@ -87,6 +92,9 @@ def split_prefixes(line: str) -> tuple[int | None, str | None, str]:
 def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None]:
     """`split_prefixes` plus the local rank when the rank is only torchrun's `[defaultN]`."""
     rank = node = local = None
+    m = _LEAD.match(line)
+    if m:
+        line = line[m.end() :]
     m = _SRUN_LABEL.match(line) or _MPI_RANK.match(line)
     if m:
         rank = int(m.group(1))
@@ -207,6 +215,8 @@ def classify_line(
     if when is None:
         when = parse_time(text, ctx.year)
         clock = _clock(text) if when is not None else clock
+    if when is None and _LEAD.match(raw):
+        when, clock = parse_time(raw, ctx.year), "iso"  # the stamp before the prefixes
     if boot is not None:
         fields["boot_s"] = boot
     rank = prefix_rank

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.launchers import NOT_HOSTS, enrich, name_oom_victims, name_victims
-from nvrx_hpc.attribution.lines import parse_time, ranks_of
+from nvrx_hpc.attribution.lines import LEAD_STAMP, parse_time, ranks_of
 from nvrx_hpc.attribution.peers import sample_addresses
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
@@ -27,10 +27,12 @@ _KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "
 _EXTENSIONS = (".gz", ".log", ".txt", ".out", ".err")
 _HOSTISH = re.compile(r"^[A-Za-z][\w.-]*$")
 _NOT_HOSTS = NOT_HOSTS
-_PREFIX_RANKS = re.compile(rb"(?m)^\s*(\d{1,6}): |\[rank(\d{1,6})\]:|^\[default(\d{1,6})\]:|^\[\d+,(\d{1,6})\]<std")
+_LEAD = LEAD_STAMP.encode()  # a collector's stamp before the runner prefix (lines.LEAD_STAMP)
+_PREFIX_RANKS = re.compile(rb"(?m)^(?:" + _LEAD + rb")?\s*(\d{1,6}): |\[rank(\d{1,6})\]:|^(?:" + _LEAD
+                           + rb")?\[default(\d{1,6})\]:|^(?:" + _LEAD + rb")?\[\d+,(\d{1,6})\]<std")
 # A host and a rank on one line's prefixes: `w2: [rank6]:` (pdsh), `6: w2:311:320 [6] NCCL` (srun + NCCL).
 _HOST_RANK = re.compile(rb"(?m)^([a-z][\w-]*[\d-][\w.-]*): \[rank(\d{1,6})\]:|"
-                        rb"^\s*(\d{1,6}): ([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL")
+                        rb"^(?:" + _LEAD + rb")?\s*(\d{1,6}): ([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL")
 _DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _SAMPLE = 256 * 1024
 _FLAG = re.compile(r"^(?:[A-Za-z]|iso|short|short-iso)$")  # dmesg -T, journalctl -k / -o short-iso

@@ -167,3 +167,18 @@ def test_a_kernel_oom_kill_names_the_one_task_srun_reports_killed_on_that_host(t
            "srun: error: gpu-n01: tasks 0-1: Aborted", "srun: error: gpu-n04: task 7: Aborted"]
     v = analyze_run(_job(tmp_path, out, {"gpu-n04": kern})).verdict
     assert v.category is Category.HOST and v.culprit.ranks == (6,) and v.culprit.nodes == ("gpu-n04",)
+
+
+def test_a_collectors_stamp_before_the_runner_prefix_keeps_the_rank_and_gives_the_time(tmp_path):
+    # Logs shipped through a collector or `ts` carry a stamp before srun's label on every line.
+    line = "2024-03-14T02:51:07.551Z 5: RuntimeError: CUDA error: an illegal memory access was encountered"
+    hit = classify_line(line, 1, LineContext("x.out"))
+    assert hit is not None and hit.rank == 5 and hit.time == datetime(2024, 3, 14, 2, 51, 7, 551000).timestamp()
+    assert split_prefixes("[2024-03-14 02:51:07] [rank12]: boom") == (12, None, "boom")
+    # a journal header is not a runner prefix: its stamp and host stay for read_header
+    assert split_prefixes("2024-10-02T14:32:40+02:00 gpu-n03 kernel: x")[2].startswith("2024-10-02T14:32:40")
+    teardown = [f"2024-03-14T02:52:00Z srun: error: {h}: tasks {2 * i}-{2 * i + 1}: Aborted"
+                for i, h in enumerate(HOSTS)]
+    run = _job(tmp_path, [f"2024-03-14T02:51:07Z {_watchdog(r)}" for r in range(8) if r != 5] + teardown, {})
+    v = analyze_run(run).verdict
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (5,)
