@@ -193,7 +193,7 @@ def analyze(
     verdict = decide(
         Findings(hits=hits, records=records, events=events, health=health, fr=fr, job_state=job_state,
                  job_nodes=tuple(job_nodes), seen_ranks=frozenset(seen_ranks),
-                 rank_hosts=rank_hosts, addr_hosts=addr_hosts, started=min(dated, default=None))
+                 rank_hosts=rank_hosts, addr_hosts=addr_hosts, stamps=tuple(dated))
     )  # fmt: skip
     inputs = {
         "logs": len(files.logs),

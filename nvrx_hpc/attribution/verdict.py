@@ -64,6 +64,7 @@ _NODE_LOCAL_WHEN_ALONE = ("shm_exhausted",)
 # unlucky batch): a restart from its checkpoints makes progress again. Sooner, it is the job's demand.
 _HOST_OOM = ("linux_oom_kill", "slurm_oom_kill")
 _RAN_LONG_S = 3600.0
+_LONGEST_JOB_S = 14 * 86400.0  # an older stamp (a file's old header, a copied log) is no start of this run
 _SIGNAL_CAUSE = {  # signal -> (category, strength, text)
     "SIGSEGV": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGSEGV"),
     "SIGBUS": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGBUS"),
@@ -87,7 +88,7 @@ class Findings:
     seen_ranks: frozenset[int] = frozenset()
     rank_hosts: Mapping[int, str] = field(default_factory=dict)  # from line prefixes that are no hit
     addr_hosts: Mapping[str, str] = field(default_factory=dict)  # network address -> host (peers.py)
-    started: float | None = None  # the earliest dated stamp of the job's logs, events and records
+    stamps: tuple[float, ...] = ()  # dated stamps sampled from the job's logs, events and records
 
 
 @dataclass
@@ -352,8 +353,8 @@ def decide(f: Findings) -> Verdict:
         restartable = True
     elif root.signature in _NODE_LOCAL_WHEN_ALONE and len(nodes) == 1 and set(rank_nodes.values()) - set(nodes):
         restartable = True  # the job's other nodes ran the same work without it: this node's state
-    ran_long = (root.signature in _HOST_OOM and root.time is not None and f.started is not None
-                and root.time - f.started >= _RAN_LONG_S)  # fmt: skip
+    ran_long = root.signature in _HOST_OOM and root.time is not None and any(
+        _RAN_LONG_S <= root.time - t <= _LONGEST_JOB_S for t in f.stamps)
     if ran_long or shared_disk:
         restartable = True  # neither names a node at fault: retry, exclude nobody
         found_by += "; it came after the job ran over an hour, so a restart makes progress" if ran_long else ""

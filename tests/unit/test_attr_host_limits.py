@@ -65,3 +65,10 @@ def test_an_exceeded_quota_stops_however_many_ranks_hit_it(tmp_path):
     lines = _enospc(0, "Disk quota exceeded") + _enospc(2, "Disk quota exceeded")
     v = analyze_run(_job(tmp_path, lines)).verdict
     assert v.category is Category.HOST and not v.restartable and v.action is Action.STOP
+
+
+def test_a_stamp_weeks_older_than_the_oom_does_not_make_the_run_long(tmp_path):
+    run = _oom(tmp_path, "02:16:40")
+    (run / "env-notes.txt").write_text("[2024-01-20 09:00:00] conda env built\n")
+    v = analyze_run(run).verdict
+    assert not v.restartable and v.action is Action.STOP
