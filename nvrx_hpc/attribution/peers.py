@@ -39,7 +39,7 @@ _ADDRESS_LINES = (
 )
 # The remote end a reporting line names, and its own end (to map addresses to the reporter's host).
 _PEER = re.compile(
-    r"(?:from peer|Peer host id:|Call to \w+ (?:from|to)|[Cc]onnect to) ?(?:host )?"
+    r"(?:from peer|by remote peer|Peer host id:|Call to \w+ (?:from|to)|[Cc]onnect to) ?(?:host )?"
     r"(?P<peer>[\w.:\-]+?)(?:<\d+>|[\s),]|$)"
 )
 _LOCAL = re.compile(r"(?:localGid|My host id:) ?(?P<local>[\w.:\-]+?)(?:[\s),]|$)")

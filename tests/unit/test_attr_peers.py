@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nvrx_hpc.attribution.analyze import analyze_run
 from nvrx_hpc.attribution.api import Action, Category
-from nvrx_hpc.attribution.peers import sample_addresses
+from nvrx_hpc.attribution.peers import names_peer, sample_addresses
 
 HOSTS = ["ib-n01", "ib-n02", "ib-n03", "ib-n04"]  # ranks 2k and 2k+1 on HOSTS[k], IB address 10.9.0.(k+1)
 
@@ -86,3 +86,11 @@ def test_address_lines_of_every_shape_pair_an_address_with_a_host():
         "10.10.0.114": "rc-node14", "10.20.0.12": "trn-02", "10.30.0.7": "gpu-7", "10.20.0.11": "trn-01",
         "10.40.0.5": "cn-g005.cluster", "10.40.0.6": "cn-g006", "10.40.0.9": "cn-g009",
     }  # fmt: skip
+
+
+def test_the_ways_a_line_names_its_peer():
+    assert names_peer("NET/IB: Got completion from peer 10.0.0.7<40213> with status=transport retry counter")
+    assert names_peer("n2:77:90 [0] NCCL WARN Net : Call to recv from 10.0.0.5<5521> failed : Connection reset")
+    assert names_peer("socketProgress: Connection closed by remote peer gpu-d05<60213>")
+    assert names_peer("retries exhausted waiting for peer (My host id: i-05c2 Peer host id: i-07f3) (110)")
+    assert not names_peer("NCCL WARN NET/IB : Got async event : port error")
