@@ -20,11 +20,11 @@ __all__ = ["classify_line", "parse_time", "read_header", "LineContext", "split_p
 
 MAX_TEXT = 400  # characters of a line kept in a hit
 
-# A collector's or `ts`'s stamp before a runner prefix (`2024-03-14T02:10:00.123Z 12: ...`): stripped, its
-# time kept. Only before a prefix, so a journal's `2024-...T... host kernel:` header stays whole.
-LEAD_STAMP = (r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s+"
-              r"(?=\s*\d{1,7}: |\[rank\d|\[default\d|\[\d+,\d+\]<)")
-_LEAD = re.compile("^" + LEAD_STAMP)
+# A collector's or `ts`'s stamp before a line (`2024-03-14T02:10:00.123Z 12: ...`): stripped, its time
+# kept, unless a journal's `host unit[pid]: ` header follows (`-o short-iso`: read_header wants it whole).
+_STAMP = r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
+LEAD_STAMP = _STAMP + r"\s+(?=\s*\d{1,7}: |\[rank\d|\[default\d|\[\d+,\d+\]<)"  # before a runner prefix
+_LEAD = re.compile("^" + _STAMP + r" (?![A-Za-z0-9][\w.-]* [\w./@-]+(?:\[\d+\])?: )")
 _SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): ")
 _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`

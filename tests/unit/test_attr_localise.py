@@ -175,7 +175,10 @@ def test_a_collectors_stamp_before_the_runner_prefix_keeps_the_rank_and_gives_th
     hit = classify_line(line, 1, LineContext("x.out"))
     assert hit is not None and hit.rank == 5 and hit.time == datetime(2024, 3, 14, 2, 51, 7, 551000).timestamp()
     assert split_prefixes("[2024-03-14 02:51:07] [rank12]: boom") == (12, None, "boom")
-    # a journal header is not a runner prefix: its stamp and host stay for read_header
+    # any line: torchrun's box keeps its indent; a glog line is not read as a journal host
+    assert split_prefixes("2024-03-14T02:51:07Z   host      : dgx-b-04")[2] == "  host      : dgx-b-04"
+    assert split_prefixes("2024-05-06T10:00:00Z E0506 10:00:00.123 4012 api.py:869] failed")[2].startswith("E0506")
+    # a journal header is kept whole: its stamp and host are read_header's
     assert split_prefixes("2024-10-02T14:32:40+02:00 gpu-n03 kernel: x")[2].startswith("2024-10-02T14:32:40")
     teardown = [f"2024-03-14T02:52:00Z srun: error: {h}: tasks {2 * i}-{2 * i + 1}: Aborted"
                 for i, h in enumerate(HOSTS)]
