@@ -33,6 +33,13 @@ _PREFIX_RANKS = re.compile(rb"(?m)^(?:" + _LEAD + rb")?\s*(\d{1,6}): |\[rank(\d{
 # A host and a rank on one line's prefixes: `w2: [rank6]:` (pdsh), `6: w2:311:320 [6] NCCL` (srun + NCCL).
 _HOST_RANK = re.compile(rb"(?m)^([a-z][\w-]*[\d-][\w.-]*): \[rank(\d{1,6})\]:|"
                         rb"^(?:" + _LEAD + rb")?\s*(\d{1,6}): ([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL")
+# A start-up banner that names a rank and its host, in either order (`[init] host=cn-g042 local_rank=3
+# global_rank=11`, `rank=6 local_rank=2 host=cn-207`, `distributed init (rank 6): ..., host gpu-m22`);
+# a node's or local rank (`node_rank=`, `local_rank=`) is not the rank.
+_BANNER_HOST = rb"\bhost(?:name)?[ =:][ \t]*([A-Za-z][\w-]*[\d-][\w.-]*)"
+_BANNER_RANK = rb"(?<![\w-])(?:global_|world_)?rank[ =:][ \t]*(\d{1,6})\b"
+_BANNERS = (re.compile(_BANNER_RANK + rb"[^\n]{0,80}?" + _BANNER_HOST), 1, 2), \
+           (re.compile(_BANNER_HOST + rb"[^\n]{0,80}?" + _BANNER_RANK), 2, 1)
 _DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _SAMPLE = 256 * 1024
 _FLAG = re.compile(r"^(?:[A-Za-z]|iso|short|short-iso)$")  # dmesg -T, journalctl -k / -o short-iso
@@ -96,6 +103,9 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float
         for m in _HOST_RANK.finditer(data):
             host, rank = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
             hosts.setdefault(int(rank), host.decode())
+        for pattern, r, h in _BANNERS:
+            for m in pattern.finditer(data):
+                hosts.setdefault(int(m.group(r)), m.group(h).decode().rstrip("."))
         for m in _PREFIX_RANKS.finditer(data):
             found.add(int(next(g for g in m.groups() if g is not None)))
         for m in _DATED.finditer(data[:65536]):
