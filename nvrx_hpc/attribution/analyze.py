@@ -30,6 +30,7 @@ from nvrx_hpc.attribution.localise import (
     node_of_file,
     sample_file,
 )
+from nvrx_hpc.attribution.resources import DiskRow
 from nvrx_hpc.attribution.scanner import Scanner
 from nvrx_hpc.attribution.verdict import Findings, decide
 from nvrx_hpc.core.errors import AttributionError
@@ -103,11 +104,11 @@ def _job_id(files: RunFiles, events: Sequence[Any], hits: Sequence[Hit], given: 
 
 def _scan_logs(
     scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int],
-    dated: list[float], rank_hosts: dict[int, str], addr_hosts: dict[str, str],
+    dated: list[float], rank_hosts: dict[int, str], addr_hosts: dict[str, str], disks: list[DiskRow],
 ) -> tuple[list[Hit], int]:
     """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show,
     `dated` a few of their dated stamps, `rank_hosts` the hosts their prefixes pair with ranks,
-    `addr_hosts` the hosts their lines pair with network addresses."""
+    `addr_hosts` the hosts their lines pair with network addresses, `disks` their `df` rows."""
     hits: list[Hit] = []
     scanned = 0
     for index, path in enumerate([*files.logs, *files.stacks], start=1):
@@ -120,13 +121,14 @@ def _scan_logs(
             rank = rank_of(path)
             ctx = LineContext(source, rank=rank, node=node_of_file(path, files.root), year=year, file_index=index)
             found = scanner.scan_file(path, ctx)
-            ranks, stamps, hosts, addresses = sample_file(path)
-            seen_ranks.update(ranks)
-            dated.extend(stamps)
-            for r, host in hosts.items():
+            sampled = sample_file(path)
+            seen_ranks.update(sampled.ranks)
+            dated.extend(sampled.dated)
+            for r, host in sampled.hosts.items():
                 rank_hosts.setdefault(r, host)
-            for addr, host in addresses.items():
+            for addr, host in sampled.addresses.items():
                 addr_hosts.setdefault(addr, host)
+            disks.extend(sampled.disks)
             if rank is not None:
                 seen_ranks.add(rank)
         except OSError as exc:
@@ -178,7 +180,8 @@ def analyze(
     dated: list[float] = []
     rank_hosts: dict[int, str] = {}
     addr_hosts: dict[str, str] = {}
-    hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts)
+    disks: list[DiskRow] = []
+    hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks)
     for r in records:
         if r.traceback:
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
@@ -193,7 +196,7 @@ def analyze(
     verdict = decide(
         Findings(hits=hits, records=records, events=events, health=health, fr=fr, job_state=job_state,
                  job_nodes=tuple(job_nodes), seen_ranks=frozenset(seen_ranks),
-                 rank_hosts=rank_hosts, addr_hosts=addr_hosts, stamps=tuple(dated))
+                 rank_hosts=rank_hosts, addr_hosts=addr_hosts, stamps=tuple(dated), disks=tuple(disks))
     )  # fmt: skip
     inputs = {
         "logs": len(files.logs),

@@ -13,14 +13,16 @@ import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.launchers import NOT_HOSTS, enrich, name_oom_victims, name_victims
 from nvrx_hpc.attribution.lines import LEAD_STAMP, parse_time, ranks_of
 from nvrx_hpc.attribution.peers import sample_addresses
+from nvrx_hpc.attribution.resources import DiskRow, file_host, sample_disks
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
-__all__ = ["node_of_file", "sample_file", "align_years", "enrich", "drop_recovered", "name_oom_victims",
+__all__ = ["node_of_file", "sample_file", "FileSample", "align_years", "enrich", "drop_recovered", "name_oom_victims",
            "name_victims", "rank_nodes", "known_ranks", "hang_suspects"]
 
 _KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "messages")
@@ -35,11 +37,13 @@ _HOST_RANK = re.compile(rb"(?m)^([a-z][\w-]*[\d-][\w.-]*): \[rank(\d{1,6})\]:|"
                         rb"^(?:" + _LEAD + rb")?\s*(\d{1,6}): ([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL")
 # A start-up banner that names a rank and its host, in either order (`[init] host=cn-g042 local_rank=3
 # global_rank=11`, `rank=6 local_rank=2 host=cn-207`, `distributed init (rank 6): ..., host gpu-m22`);
-# a node's or local rank (`node_rank=`, `local_rank=`) is not the rank.
-_BANNER_HOST = rb"\bhost(?:name)?[ =:][ \t]*([A-Za-z][\w-]*[\d-][\w.-]*)"
-_BANNER_RANK = rb"(?<![\w-])(?:global_|world_)?rank[ =:][ \t]*(\d{1,6})\b"
-_BANNERS = (re.compile(_BANNER_RANK + rb"[^\n]{0,80}?" + _BANNER_HOST), 1, 2), \
-           (re.compile(_BANNER_HOST + rb"[^\n]{0,80}?" + _BANNER_RANK), 2, 1)
+# a node's or local rank (`node_rank=`, `local_rank=`) is not the rank. Each pattern starts with its
+# literal word (fast to find); `_banner_hosts` checks what stands before it.
+_BANNER_HOST = rb"host(?:name)?[ =:][ \t]*([A-Za-z][\w-]*[\d-][\w.-]*)"
+_BANNER_RANK = rb"(?:global_|world_)?rank[ =:][ \t]*(\d{1,6})\b"
+_BANNERS = ((re.compile(rb"rank[ =:][ \t]*(\d{1,6})\b[^\n]{0,80}?(?<![\w-])" + _BANNER_HOST), 1, 2),
+            (re.compile(_BANNER_HOST + rb"[^\n]{0,80}?(?<![\w-])" + _BANNER_RANK), 2, 1))
+_WORD_BEFORE = re.compile(rb"(?:global_|world_)?\Z")
 _DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _SAMPLE = 256 * 1024
 _FLAG = re.compile(r"^(?:[A-Za-z]|iso|short|short-iso)$")  # dmesg -T, journalctl -k / -o short-iso
@@ -81,11 +85,22 @@ def node_of_file(path: Path, root: Path | None = None) -> str | None:
     return None
 
 
-def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float], dict[int, str], dict[str, str]]:
+class FileSample(NamedTuple):
+    """What a file's sampled head and tail say (see `sample_file`)."""
+
+    ranks: set[int]
+    dated: list[float]
+    hosts: dict[int, str]
+    addresses: dict[str, str]
+    disks: list[DiskRow]
+
+
+def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
     """What the first and last `sample` bytes of a file say about the job, failure lines or not: the
     ranks named by line prefixes (`12: `, `[rank12]:`, `[default12]:`; a rank that prints nothing wrong
-    still prints at start-up or at its end), a few dated stamps (to put yearless ones in their year), and
-    the hosts those prefixes pair with a rank, and the hosts lines pair with an address (`peers`)."""
+    still prints at start-up or at its end), a few dated stamps (to put yearless ones in their year), the
+    hosts those prefixes and start-up banners pair with a rank, the hosts lines pair with an address
+    (`peers`), and the rows of `df` listings (`resources`)."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -95,17 +110,18 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float
                 f.seek(size - sample)
                 tail = f.read(sample)
     except OSError:
-        return set(), [], {}, {}
-    found, dated, hosts, addresses = set(), [], {}, {}
+        return FileSample(set(), [], {}, {}, [])
+    found, dated, hosts, addresses, disks = set(), [], {}, {}, []
     for data in (head, tail):
+        if b"Mounted on" in data:
+            disks.extend(sample_disks(data, file_host(path.name)))
         for addr, host in sample_addresses(data).items():
             addresses.setdefault(addr, host)
         for m in _HOST_RANK.finditer(data):
             host, rank = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
             hosts.setdefault(int(rank), host.decode())
-        for pattern, r, h in _BANNERS:
-            for m in pattern.finditer(data):
-                hosts.setdefault(int(m.group(r)), m.group(h).decode().rstrip("."))
+        for r, host in _banner_hosts(data):
+            hosts.setdefault(r, host)
         for m in _PREFIX_RANKS.finditer(data):
             found.add(int(next(g for g in m.groups() if g is not None)))
         for m in _DATED.finditer(data[:65536]):
@@ -114,7 +130,26 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> tuple[set[int], list[float
                 dated.append(t)
             if len(dated) >= 8:
                 break
-    return found, dated, hosts, addresses
+    return FileSample(found, dated, hosts, addresses, disks)
+
+
+def _banner_hosts(data: bytes) -> list[tuple[int, str]]:
+    """(rank, host) of the start-up banners in `data` (see `_BANNERS`)."""
+    found: list[tuple[int, str]] = []
+    if b"host" not in data:
+        return found
+    for pattern, r, h in _BANNERS:
+        pos = 0
+        while (m := pattern.search(data, pos)) is not None:
+            at = m.start()
+            if pattern is _BANNERS[0][0]:  # `rank` stands alone or as `global_rank`, `world_rank`
+                at = _WORD_BEFORE.search(data, max(0, at - 7), at).start()
+            if at == 0 or not (data[at - 1 : at].isalnum() or data[at - 1 : at] in b"_-"):
+                found.append((int(m.group(r)), m.group(h).decode().rstrip(".")))
+                pos = m.end()
+            else:
+                pos = m.start() + 1
+    return found
 
 
 def align_years(hits: Sequence[Hit], anchors: Iterable[float]) -> list[Hit]:

@@ -8,7 +8,7 @@ ranks is cascade. Lines printed by the victims of a hang (timeouts, remote-peer 
 collective) name who they wait on, not who printed them (`localise.hang_suspects`); teardown lines
 alone give `unknown`; category, restartable and action always agree. A failed node's ranks are the
 job's ranks no source places elsewhere; NaN on ranks of several nodes, or the same error or teardown
-on every rank, names no rank; a host resource that ran out on one node of several is that node's fault.
+on every rank, names no rank; a host resource that ran out is judged by `resources.judge`.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect
+from nvrx_hpc.attribution.resources import DiskRow, judge
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
 __all__ = ["Findings", "decide", "DEFAULT_RESTARTABLE"]
@@ -57,14 +58,6 @@ _SLURM_STATES = {  # job state -> (category, strength, restartable, text)
 }
 # Causes that end a whole node: its ranks are the ones left when the others are placed elsewhere.
 _NODE_LOST = ("node_failure", "slurm.node_fail")
-# A host resource that runs out is the workload's demand, unless it ran out on one node of several that
-# ran the same work: then it is that node's state (a /dev/shm full of an earlier job's files).
-_NODE_LOCAL_WHEN_ALONE = ("shm_exhausted",)
-# A host OOM kill after the job ran this long is memory that grew over the run (a leak, a cache, one
-# unlucky batch): a restart from its checkpoints makes progress again. Sooner, it is the job's demand.
-_HOST_OOM = ("linux_oom_kill", "slurm_oom_kill")
-_RAN_LONG_S = 3600.0
-_LONGEST_JOB_S = 14 * 86400.0  # an older stamp (a file's old header, a copied log) is no start of this run
 _SIGNAL_CAUSE = {  # signal -> (category, strength, text)
     "SIGSEGV": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGSEGV"),
     "SIGBUS": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGBUS"),
@@ -89,6 +82,7 @@ class Findings:
     rank_hosts: Mapping[int, str] = field(default_factory=dict)  # from line prefixes that are no hit
     addr_hosts: Mapping[str, str] = field(default_factory=dict)  # network address -> host (peers.py)
     stamps: tuple[float, ...] = ()  # dated stamps sampled from the job's logs, events and records
+    disks: tuple[DiskRow, ...] = ()  # rows of `df` listings found in the logs
 
 
 @dataclass
@@ -338,10 +332,14 @@ def decide(f: Findings) -> Verdict:
             found_by = (f"; {peer.votes} of {peer.reporters} reporting hosts name their peer {peer.node}"
                         if peer.node else
                         f"; {peer.reporters} hosts report it and no one peer host stands out, so none is named")
-    shared_disk = root.signature == "disk_full" and "quota" not in root.evidence.text.lower() and len(ranks) >= 2
-    if shared_disk:
-        ranks, nodes, gpus = [], [], []  # several writers found it full: the shared file system, not a rank
-        found_by = "; several ranks found it full, so the shared file system is full, not one rank's disk"
+    # A host resource that ran out (memory, a disk, /dev/shm): the job's demand, one node's state or a
+    # shared file system's (resources.py).
+    resource = judge(root.signature, root.evidence.text, root.time, ranks, nodes, hits=f.hits,
+                     rank_nodes=rank_nodes, disks=f.disks, stamps=f.stamps) if root.kind == "log" else None  # fmt: skip
+    if resource is not None:
+        gpus = gpus if list(resource.nodes) == nodes else []
+        ranks, nodes = list(resource.ranks), list(resource.nodes)
+        found_by += resource.why
     if category is Category.NUMERICAL and len(nodes) >= 2:
         ranks, nodes, gpus = [], [], []  # NaN on several nodes: the run diverged, no one GPU did it
     if category is Category.SCHEDULER:
@@ -351,13 +349,8 @@ def decide(f: Findings) -> Verdict:
         restartable = False  # the workload's own failure comes back on any node
     elif category is Category.UNKNOWN:
         restartable = True
-    elif root.signature in _NODE_LOCAL_WHEN_ALONE and len(nodes) == 1 and set(rank_nodes.values()) - set(nodes):
-        restartable = True  # the job's other nodes ran the same work without it: this node's state
-    ran_long = root.signature in _HOST_OOM and root.time is not None and any(
-        _RAN_LONG_S <= root.time - t <= _LONGEST_JOB_S for t in f.stamps)
-    if ran_long or shared_disk:
-        restartable = True  # neither names a node at fault: retry, exclude nobody
-        found_by += "; it came after the job ran over an hour, so a restart makes progress" if ran_long else ""
+    elif resource is not None:
+        restartable = resource.restartable
     corroborated = any(
         c.kind != root.kind and (set(c.ranks) & set(ranks) or set(c.nodes) & set(nodes)) for c in causes
     ) or (root.kind != "log" and any(c.kind == "log" and c.category is root.category for c in causes))
@@ -370,7 +363,7 @@ def decide(f: Findings) -> Verdict:
     unhealthy = {p.node for p in f.health}
     if not restartable:
         action, exclude = Action.STOP, ()
-    elif nodes and (category.infra or set(nodes) & unhealthy) and not ran_long:
+    elif nodes and (category.infra or set(nodes) & unhealthy) and (resource is None or resource.exclude):
         action, exclude = Action.EXCLUDE_AND_RETRY, tuple(nodes)
     else:
         action, exclude = Action.RETRY, ()

@@ -1,0 +1,193 @@
+"""Host resources that ran out (memory, a disk, `/dev/shm`): the job's demand, one node's state, or a
+shared file system's.
+
+One rule for all of them: a node-local resource that ran out on one node of several that ran the same
+work is that node's state (restartable, exclude the node); alone it is the job's demand (stop), unless
+the run had gone on for over an hour (a restart from its checkpoints makes progress: retry, exclude
+nobody). What is node-local:
+
+- `/dev/shm`, always;
+- a disk found full (`No space left on device`) on a local device: a `df` listing shows the mount of the
+  failing path (or, the path unknown, one mount) full on one host and on a local device (`/dev/...`,
+  `tmpfs`), or the path is a node-local one (`/tmp`, `/local_nvme`, `/raid`, ...). A disk two or more
+  ranks find full that is not node-local is a shared file system that filled (restartable, no rank);
+  `Disk quota exceeded` is the job's own limit (stop);
+- the kernel's global OOM killer (`Out of memory: Killed process`, `constraint=CONSTRAINT_NONE`): the
+  node's memory ran out. A cgroup OOM kill (`Memory cgroup out of memory`, `CONSTRAINT_MEMCG`, Slurm's
+  `oom_kill event`) is the job's own memory limit, the same on every node: never the node's fault.
+
+`sample_disks` reads `df` listings from a file's sampled head and tail (regexes over whole blocks, no
+per-line Python work); `judge` applies the rule. Pure functions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from nvrx_hpc.attribution.api import Hit
+
+__all__ = ["DiskRow", "Judgement", "sample_disks", "file_host", "judge", "HOST_OOM", "RAN_LONG_S"]
+
+HOST_OOM = ("linux_oom_kill", "slurm_oom_kill")
+RAN_LONG_S = 3600.0
+_LONGEST_JOB_S = 14 * 86400.0  # an older stamp (a file's old header, a copied log) is no start of this run
+_HOST = rb"[A-Za-z][\w-]*[\d-][\w.-]*"  # a host name has a digit or a hyphen
+# `df` and `df -h`/`-hT`/`-P`: a header, then rows `fs [type] size used avail use% mount`, pdsh-prefixed or not.
+_DF_HEAD = re.compile(rb"(?m)^(?:" + _HOST + rb": )?Filesystem\b[^\n]*?\bUse%\s+Mounted on[ \t]*\r?$")
+_DF_ROW = re.compile(rb"(?:(" + _HOST + rb"): )?(\S+)(?:[ \t]+\S+){3,4}?[ \t]+(\d{1,3})%[ \t]+(/\S*)[ \t]*\r?")
+_SSH = re.compile(rb"\bssh\s+(?:-\S+\s+(?:\S+\s+)?)*?(?:[\w.-]+@)?(" + _HOST + rb")\s")
+_HOST_WORD = re.compile(rb"(?<![\w./@=-])(" + _HOST + rb")(?![\w/])")
+_LOCAL_PATH = re.compile(r"^/(?:tmp|var/tmp|dev/shm|raid\d*|l?scratch[_-]?local|local[\w-]*|nvme[\w-]*|ssd[\w-]*|"
+                         r"mnt/(?:local|nvme|ssd)[\w-]*)(?:/|$)")  # fmt: skip
+_ENOSPC_PATH = re.compile(r"No space left on device[^'\"/\n]*?['\"]?(/[^'\"\s]+)")
+
+
+@dataclass(frozen=True)
+class DiskRow:
+    """One row of a `df` listing: on which host (None when the listing does not say), the file system,
+    its mount point and how full it is."""
+
+    host: str | None
+    filesystem: str
+    mount: str
+    used_pct: int
+
+    @property
+    def full(self) -> bool:
+        return self.used_pct >= 99
+
+    @property
+    def local(self) -> bool:
+        return self.filesystem.startswith("/dev/") or self.filesystem in ("tmpfs", "shm")
+
+
+def _listing_host(command: bytes, file_host: str | None) -> str | None:
+    """The host a `df` ran on: `ssh <host> df ...`, a host named on its command line (`$ df -h /x  (trn-07)`),
+    else the file's name (`df-trn-07.txt`)."""
+    m = _SSH.search(command + b" ")
+    if m:
+        return m.group(1).decode()
+    if b"df" in command:
+        words = [w for w in _HOST_WORD.findall(command) if w not in (b"df", b"du")]
+        if words:
+            return words[0].decode().rstrip(".")
+    return file_host
+
+
+def file_host(name: str) -> str | None:
+    """`df-trn-07.txt` -> `trn-07`: the host a file that holds a `df` listing is named after, if any."""
+    if "df" not in name.lower():
+        return None
+    for token in re.split(r"[._]", name):
+        token = token.removeprefix("df-").removesuffix("-df")
+        if token.lower() != "df" and re.fullmatch(_HOST.decode(), token):
+            return token
+    return None
+
+
+def sample_disks(data: bytes, host_of_file: str | None = None) -> list[DiskRow]:
+    """The rows of every `df` listing in `data`, each with the host it ran on."""
+    rows: list[DiskRow] = []
+    for head in _DF_HEAD.finditer(data):
+        start = data.rfind(b"\n", 0, max(head.start() - 1, 0)) + 1
+        command = data[start : head.start()] if head.start() > 0 else b""
+        host = _listing_host(command, host_of_file)
+        pos = head.end() + 1
+        while pos < len(data):
+            m = _DF_ROW.match(data, pos)
+            end = data.find(b"\n", pos)
+            end = len(data) if end < 0 else end
+            if not m or m.end() != end:
+                break
+            row_host = m.group(1).decode() if m.group(1) else host
+            rows.append(DiskRow(row_host, m.group(2).decode(), m.group(4).decode(), int(m.group(3))))
+            pos = end + 1
+    return rows
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the rule says: who to name, whether a restart helps, whether to leave the node out, and why."""
+
+    ranks: tuple[int, ...]
+    nodes: tuple[str, ...]
+    restartable: bool
+    exclude: bool
+    why: str
+
+
+def _other_nodes(nodes: Sequence[str], rank_nodes: Mapping[int, str], more: Iterable[str] = ()) -> bool:
+    return bool(({*rank_nodes.values(), *more} - {None}) - set(nodes))
+
+
+def _ran_long(when: float | None, stamps: Iterable[float]) -> bool:
+    return when is not None and any(RAN_LONG_S <= when - t <= _LONGEST_JOB_S for t in stamps)
+
+
+def _full_disk(text: str, disks: Sequence[DiskRow]) -> tuple[str | None, set[str]]:
+    """The host whose local disk a `No space left on device` line found full (from `df` listings or a
+    node-local path; None when neither says), and the hosts whose same mount was not full."""
+    m = _ENOSPC_PATH.search(text)
+    path = m.group(1) if m else None
+    candidates = [d for d in disks if d.full and d.local and d.host]
+    if path:
+        under = [d for d in candidates if PurePosixPath(path).is_relative_to(d.mount)]
+        longest = max((len(d.mount) for d in under), default=0)
+        candidates = [d for d in under if len(d.mount) == longest]
+    hosts = {d.host for d in candidates}
+    if len(hosts) != 1:
+        return None, set()
+    mounts = {d.mount for d in candidates}
+    spared = {d.host for d in disks if d.host and d.mount in mounts and not d.full} - hosts
+    return hosts.pop(), spared
+
+
+def _oom_is_global(node: str | None, hits: Sequence[Hit]) -> bool:
+    """The kernel's own lines about the kill on that node say the node ran out, not the job's cgroup."""
+    kills = [h for h in hits if h.signature == "linux_oom_kill" and (node is None or h.node == node)]
+    cgroup = any({"memcg", "memcg_limit"} & h.fields.keys() or h.fields.get("constraint", "").endswith("MEMCG")
+                 for h in kills)  # fmt: skip
+    whole = any("whole" in h.fields or h.fields.get("constraint") == "CONSTRAINT_NONE" for h in kills)
+    return whole and not cgroup
+
+
+def judge(
+    signature: str, text: str, when: float | None, ranks: Sequence[int], nodes: Sequence[str], *,
+    hits: Sequence[Hit], rank_nodes: Mapping[int, str], disks: Sequence[DiskRow], stamps: Iterable[float],
+) -> Judgement | None:
+    """The verdict's culprit and restart decision for a root cause that is a host resource running out;
+    None for any other root cause (or one this rule leaves as the catalog says)."""
+    ranks, nodes = tuple(ranks), tuple(nodes)
+    alone_why = "; it ran out on the job's only node, so it is the job's demand"
+    if signature == "shm_exhausted":
+        if len(nodes) == 1 and _other_nodes(nodes, rank_nodes):
+            return Judgement(ranks, nodes, True, True, "; the job's other nodes ran the same work without it")
+        return None
+    if signature == "disk_full":
+        if "quota" in text.lower():
+            return Judgement(ranks, nodes, False, False, "; the job's own quota")
+        host, spared = _full_disk(text, disks)
+        if host is None and (m := _ENOSPC_PATH.search(text)) and _LOCAL_PATH.match(m.group(1)) and len(nodes) == 1:
+            host = nodes[0]
+        if host is not None:
+            writers = tuple(r for r in ranks if rank_nodes.get(r, host) == host)
+            if _other_nodes((host,), rank_nodes, spared):
+                why = f"; the node-local disk of {host} filled while the job's other nodes ran the same work"
+                return Judgement(writers, (host,), True, True, why)
+            return Judgement(writers, (host,), False, False, alone_why)
+        if len(ranks) >= 2:
+            return Judgement((), (), True, False,
+                             "; several ranks found it full, so the shared file system is full, not one rank's disk")
+        return Judgement(ranks, nodes, False, False, "; one writer filled it: the job's demand")
+    if signature in HOST_OOM:
+        if len(nodes) == 1 and _oom_is_global(nodes[0], hits) and _other_nodes(nodes, rank_nodes):
+            why = f"; the kernel found all of {nodes[0]}'s memory used while the job's other nodes ran the same work"
+            return Judgement(ranks, nodes, True, True, why)
+        if _ran_long(when, stamps):
+            return Judgement(ranks, nodes, True, False, "; it came after the job ran over an hour, so a restart "
+                                                        "makes progress")  # fmt: skip
+        return Judgement(ranks, nodes, False, False, "")
+    return None
