@@ -189,5 +189,6 @@ def judge(
         if _ran_long(when, stamps):
             return Judgement(ranks, nodes, True, False, "; it came after the job ran over an hour, so a restart "
                                                         "makes progress")  # fmt: skip
-        return Judgement(ranks, nodes, False, False, "")
+        return Judgement(ranks, nodes, False, False, "; the job's own memory demand (its cgroup limit, or its only "
+                                                     "node's memory), with no hour of run before it")  # fmt: skip
     return None
