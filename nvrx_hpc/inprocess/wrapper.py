@@ -72,11 +72,10 @@ class InprocessWrapper:
         self.rdv = Rendezvous(self.store, settings.namespace, settings.slot, slots, width)
         self._notice_rdv = Rendezvous(notice_store, settings.namespace, settings.slot, slots, width)
         self.interrupter = Interrupter()
-        self.interrupter.on_notice = self._on_notice
         self._noticed = threading.Event()
         self.link = worker_api.link()
         if self.link is not None:
-            self.link.on_restart = self.interrupter.notice
+            self.link.on_restart = self._on_notice
         self._errors: list[str] = []  # this rank's own errors of the rounds since training last got further
         self._best: int | None = None  # the highest iteration (worker.set_iteration) any round reached
         self.node = os.environ.get("SLURMD_NODENAME")
@@ -179,6 +178,9 @@ class InprocessWrapper:
 
     def _meet(self, round: int, ranks: dict[int, int]) -> Plan:
         started = time.monotonic()
+        if self.rdv.is_lost():  # a task of a failed node (its agent kills it): it must not lead the meeting
+            log.warning("[inprocess slot %s] declared lost; leaving", self.s.slot)
+            raise SystemExit(0)
         try:
             plan = self.rdv.meet(round, ranks, self.s.world_size, self.s.soft_timeout_s, self.s.hard_timeout_s)
         except RendezvousTimeout as exc:
@@ -204,12 +206,15 @@ class InprocessWrapper:
     # ------------------------------------------------------------------ notices and events
 
     def _on_notice(self, msg: Any) -> None:
-        """Link thread: record lost slots for the leader, and wake a waiting spare."""
+        """Link thread, on an `a.restart`: record the lost slots for the leader first (they must be in the store
+        before this rank can reach the meeting, or a rank of a failed node could count as here), then end the
+        round and wake a waiting spare."""
         if msg.lost:
             try:
                 self._notice_rdv.mark_lost(msg.lost)
             except Exception as exc:  # noqa: BLE001 - the leader's soft timeout still finds them
                 log.warning("[inprocess slot %s] cannot record lost slots %s: %r", self.s.slot, msg.lost, exc)
+        self.interrupter.notice(msg)
         self._noticed.set()
 
     def _emit(self, kind: str, **detail: Any) -> None:
