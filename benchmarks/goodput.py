@@ -253,6 +253,7 @@ def main() -> None:
                         help="first slurmd port of a cluster brought up here (default $NVRX_TEST_SLURMD_PORT_BASE "
                              "or 25901)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--keep", help="run the jobs in this directory and keep it (events, logs), not a temporary one")
     args = parser.parse_args()
     if args.minutes <= 0 or args.mtbf <= 0 or args.nodes < 1 or args.tasks_per_node < 1 or args.spares < 0:
         parser.error("--minutes and --mtbf > 0; --nodes and --tasks-per-node >= 1; --spares >= 0")
@@ -270,7 +271,9 @@ def main() -> None:
     cluster.up(timeout=120)
     steps = max(20, int(args.minutes * 60 / args.step_s))
     with tempfile.TemporaryDirectory(prefix="nvrx-goodput-") as tmp:
-        bench = Goodput(cluster, Path(tmp), args)
+        work = Path(args.keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        bench = Goodput(cluster, work, args)
         try:
             faulted = bench.run("faulted", steps, faults=True)
         finally:
