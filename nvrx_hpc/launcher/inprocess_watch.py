@@ -120,7 +120,8 @@ class InprocessWatch:
         self.lost_nodes.add(node)
         if self.on_node_lost is not None:
             self.on_node_lost(node, why)
-        self._restart_for_loss(new, why)
+        if new:  # none: the meeting already declared its tasks lost (a silent node is found late)
+            self._restart_for_loss(new, why)
         return True
 
     def _restart_for_loss(self, lost: list[int], why: str) -> None:

@@ -121,3 +121,14 @@ def test_a_lost_node_ends_the_step_once_every_other_task_has_exited(tmp_path):
     assert not w.all_exited()
     w.take(_rank(RankEventKind.EXITED, 8, reason="finished"))
     assert w.all_exited()
+
+
+def test_a_node_whose_tasks_the_meeting_declared_lost_is_excluded_without_another_restart(tmp_path):
+    excluded: list = []
+    w, hub, _, _ = _watch(tmp_path, nodes=("n1", "n2", "n3"), lost_nodes=excluded)
+    # a node that lost power sends no reset: its peers time out, the meeting declares its tasks lost
+    assert w.take(_rank(RankEventKind.RAISED, 0, round=0, reason="RuntimeError: timed out"))
+    assert w.take(_rank(RankEventKind.RAISED, 0, round=0, reason="declared lost after 5 s", lost=(3, 4, 5)))
+    sent = len(hub.sent)
+    assert w.take(HubEvent("n2", m.AgentLost(node="n2", silent_s=15.0), 0.0))  # its silence is found later
+    assert len(hub.sent) == sent and [node for node, _ in excluded] == ["n2"] and w.spares_left == 2
