@@ -17,9 +17,10 @@ seconds one fault is injected at random:
   read by the agents' health loop every second); also only while a spare remains.
 
 With `--inprocess` the job is examples/train_inprocess.py under `nvrx-hpc run --inprocess --spare-ranks K`
-(collective timeout and soft timeout 2 s each): a killed or hung rank is recovered inside the running ranks
-and its rank goes to a warm spare; once a step's spare ranks are used up, the next rank loss restarts the
-step (which brings fresh spares), as do node losses and Xids.
+(collective timeout and soft timeout 2 s each). The spare nodes run warm spare tasks in the training step: a
+killed or hung rank, a lost node and a node with an Xid are all recovered inside the running ranks, their ranks
+moving to spare tasks on healthy nodes; only when a loss finds too few spare tasks left does the step restart
+(which brings fresh spares). A rank fault hits the task that holds that torch rank now (ranks move).
 
 Then the same steps run once more without faults. Figures: effective training time (ETTR) = steps x the
 fault-free run's time per step / the faulted run's wall time (first step to last); each fault's
@@ -148,11 +149,24 @@ class Goodput(Bench):
             return {"kind": kind, "node": node, "at": at}
         world = self.args.nodes * self.args.tasks_per_node
         rank = rng.randrange(world)
-        slot = _slot_of(read_events(run_dir / "events.jsonl"), rank) if self.args.inprocess else rank
-        pid = self._pid_of_rank(name, rank if slot is None else slot)
+        pid = self._holder(name, run_dir, rank) if self.args.inprocess else self._pid_of_rank(name, rank)
         at = time.time()
         os.kill(pid, 9 if kind == "crash" else 19)  # SIGKILL, SIGSTOP
         return {"kind": kind, "rank": rank, "at": at}
+
+    def _holder(self, name: str, run_dir: Path, rank: int, timeout: float = 120) -> int:
+        """The process that trains torch rank `rank` now: never a waiting spare task (a spare hung or killed
+        does not touch the training), never one that has just lost the rank."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            slot = _slot_of(read_events(run_dir / "events.jsonl"), rank)
+            if slot is not None:
+                try:
+                    return self._pid_of_rank(name, slot, timeout=1)
+                except SystemExit:
+                    pass  # that task is gone: the rank is moving to a spare
+            time.sleep(0.5)
+        raise SystemExit(f"no task of {name} holds rank {rank} within {timeout:g} s")
 
     def _lose(self, node: str, name: str) -> float:
         pids = self._node_pids(node)
@@ -191,10 +205,12 @@ def _inprocess_back(events: list[dict], at: float) -> float | None:
 
 
 def _slot_of(events: list[dict], rank: int) -> int | None:
-    """The Slurm task that holds torch rank `rank` now (in-process restart moves ranks to spare tasks)."""
+    """The Slurm task that holds torch rank `rank` in the newest round of the current step (in-process restart
+    moves ranks to spare tasks); None before that round has started there."""
     step = _step_of(events, float("inf"))
-    held = [e for e in events if e["kind"] == "inprocess.round.started" and e.get("rank") == rank
-            and _step_of(events, e["time"]) == step]  # fmt: skip
+    rounds = [e for e in events if e["kind"] == "inprocess.round.started" and _step_of(events, e["time"]) == step]
+    newest = max((e["detail"]["round"] for e in rounds), default=None)
+    held = [e for e in rounds if e.get("rank") == rank and e["detail"]["round"] == newest]
     return held[-1]["detail"]["slot"] if held else None
 
 
@@ -230,22 +246,34 @@ def main() -> None:
                         help="nvrx-hpc run --inprocess (examples/train_inprocess.py)")
     parser.add_argument("--spare-ranks", type=int, default=1, help="with --inprocess: warm spare ranks per node")
     parser.add_argument("--state-dir", default="/tmp/nvrx-goodput-cluster", help="dev cluster (brought up if needed)")
+    parser.add_argument("--ctld-port", type=int, default=int(os.environ.get("NVRX_TEST_CTLD_PORT", "25817")),
+                        help="slurmctld port of a cluster brought up here (default $NVRX_TEST_CTLD_PORT or 25817)")
+    parser.add_argument("--slurmd-port-base", type=int,
+                        default=int(os.environ.get("NVRX_TEST_SLURMD_PORT_BASE", "25901")),
+                        help="first slurmd port of a cluster brought up here (default $NVRX_TEST_SLURMD_PORT_BASE "
+                             "or 25901)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--keep", help="run the jobs in this directory and keep it (events, logs), not a temporary one")
     args = parser.parse_args()
     if args.minutes <= 0 or args.mtbf <= 0 or args.nodes < 1 or args.tasks_per_node < 1 or args.spares < 0:
         parser.error("--minutes and --mtbf > 0; --nodes and --tasks-per-node >= 1; --spares >= 0")
     state = Path(args.state_dir)
-    if (state / "etc" / "spec.json").exists():
-        cluster = DevCluster.at(state)
-    else:
+    cluster = DevCluster.at(state) if (state / "etc" / "spec.json").exists() else None
+    if cluster is not None and cluster.spec.nodes < args.nodes + args.spares:  # too small for the job: renew it
+        cluster.down(stop_munge=False)
+        cluster = None
+    if cluster is None:
         spank = REPO / "spank" / "nvrx_spank.so"
         cluster = DevCluster(DevClusterSpec(state_dir=state, nodes=args.nodes + args.spares + 1,
-                                            cpus_per_node=args.tasks_per_node, ctld_port=25817,
-                                            slurmd_port_base=25901, spank_plugin=spank if spank.exists() else None))
+                                            cpus_per_node=args.tasks_per_node, ctld_port=args.ctld_port,
+                                            slurmd_port_base=args.slurmd_port_base,
+                                            spank_plugin=spank if spank.exists() else None))  # fmt: skip
     cluster.up(timeout=120)
     steps = max(20, int(args.minutes * 60 / args.step_s))
     with tempfile.TemporaryDirectory(prefix="nvrx-goodput-") as tmp:
-        bench = Goodput(cluster, Path(tmp), args)
+        work = Path(args.keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        bench = Goodput(cluster, work, args)
         try:
             faulted = bench.run("faulted", steps, faults=True)
         finally:

@@ -130,7 +130,10 @@ class TorchTransport:
                 hint="call torch.distributed.init_process_group() before creating the checkpointer",
             )
         self._torch, self._dist = torch, dist
-        self._group = dist.new_group(backend="gloo")
+        # Its collectives time out like the default group's: with torch's default (30 min for gloo) a save in flight
+        # waits that long for a hung peer, and so does the training thread's next save (in-process restart sets
+        # a short collective timeout so that a hung peer ends the round quickly).
+        self._group = dist.new_group(backend="gloo", timeout=_world_timeout(torch, dist))
         self._chunk = chunk_bytes
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
@@ -164,6 +167,14 @@ class TorchTransport:
         if self._group is not None and self._dist.is_initialized():
             self._dist.destroy_process_group(self._group)
         self._group = None
+
+
+def _world_timeout(torch: Any, dist: Any) -> Any:
+    """The default group's collective timeout now (a timedelta), or None (torch's default) when torch cannot say."""
+    try:
+        return dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout
+    except (AttributeError, RuntimeError):  # a private attribute: absent in another torch version
+        return None
 
 
 def make_transport(comm: Any = None, chunk_bytes: int = DEFAULT_CHUNK) -> Transport:

@@ -8,12 +8,16 @@ from dataclasses import dataclass
 
 from nvrx_hpc.core.errors import ConfigError
 
-__all__ = ["InprocessSettings", "ENV_STORE", "ENV_WORLD", "ENV_TASKS_PER_NODE", "ENV_SPARES_PER_NODE"]
+__all__ = ["InprocessSettings", "ENV_STORE", "ENV_WORLD", "ENV_TASKS_PER_NODE", "ENV_SPARES_PER_NODE",
+           "ENV_SPARE_NODES"]
 
 ENV_STORE = "NVRX_IP_STORE"  # HOST:PORT of the job's TCPStore (the launcher's side process)
 ENV_WORLD = "NVRX_IP_WORLD"  # ranks that train (tasks less the spare ranks)
 ENV_TASKS_PER_NODE = "NVRX_IP_TASKS_PER_NODE"  # training ranks per node
 ENV_SPARES_PER_NODE = "NVRX_IP_SPARES_PER_NODE"  # warm spare ranks per node, after the training ranks
+# The step's nodes (by their place in the step) whose every task is a spare: the allocation's spare nodes,
+# so that a lost node's ranks move to a healthy node without a new step.
+ENV_SPARE_NODES = "NVRX_IP_SPARE_NODES"
 ENV_SOFT = "NVRX_IP_SOFT_TIMEOUT_S"
 ENV_HARD = "NVRX_IP_HARD_TIMEOUT_S"
 ENV_PG_TIMEOUT = "NVRX_IP_PG_TIMEOUT_S"
@@ -39,6 +43,7 @@ class InprocessSettings:
     hard_timeout_s: float = 60.0  # a rank that cannot rejoin within this exits (INPROCESS_ESCALATE)
     pg_timeout_s: float = 30.0  # collectives: a peer that hangs this long fails the round
     max_restarts: int = 50
+    spare_nodes: tuple[int, ...] = ()  # places in the step of the nodes that only hold spare tasks
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> InprocessSettings:
@@ -60,6 +65,7 @@ class InprocessSettings:
             per_node = int(env.get(ENV_TASKS_PER_NODE) or str(world))
             spares = int(env.get(ENV_SPARES_PER_NODE) or "0")
             restart = int(env.get("NVRX_RESTART_COUNT") or "0")
+            spare_nodes = tuple(int(i) for i in (env.get(ENV_SPARE_NODES) or "").split(",") if i.strip())
             limits = {
                 "soft_timeout_s": float(env.get(ENV_SOFT) or cls.soft_timeout_s),
                 "hard_timeout_s": float(env.get(ENV_HARD) or cls.hard_timeout_s),
@@ -68,26 +74,32 @@ class InprocessSettings:
             }
         except ValueError as exc:
             raise ConfigError(f"in-process restart: a task variable is not a number: {exc}") from None
-        if world < 1 or per_node < 1 or spares < 0 or slot < 0:
+        if world < 1 or per_node < 1 or spares < 0 or slot < 0 or any(i < 0 for i in spare_nodes):
             raise ConfigError(f"in-process restart: bad task layout (world {world}, {per_node} per node, "
                               f"{spares} spares per node, slot {slot})")
         return cls(
             store_host=host, store_port=int(port), slot=slot, world_size=world, per_node=per_node,
-            spares_per_node=spares, namespace=f"nvrx-ip/{env.get('SLURM_JOB_ID', '0')}/{restart}", **limits,
+            spares_per_node=spares, spare_nodes=spare_nodes,
+            namespace=f"nvrx-ip/{env.get('SLURM_JOB_ID', '0')}/{restart}", **limits,
         )  # fmt: skip
 
     def first_plan(self) -> dict[int, int]:
         """Slot -> rank of the first round. Slurm numbers a node's tasks together (block distribution): on
-        each node the first `per_node` tasks train and the rest wait as spares."""
+        each training node the first `per_node` tasks train and the rest wait as spares; every task of a
+        spare node waits."""
         width = self.per_node + self.spares_per_node
-        nodes = -(-self.world_size // self.per_node)
-        plan = {}
-        for slot in range(nodes * width):
-            node, local = divmod(slot, width)
-            rank = node * self.per_node + local
-            if local < self.per_node and rank < self.world_size:
-                plan[slot] = rank
+        plan: dict[int, int] = {}
+        trained = 0  # training nodes before this one
+        for node in range(len(self.all_slots()) // width):
+            if node in self.spare_nodes:
+                continue
+            for local in range(self.per_node):
+                rank = trained * self.per_node + local
+                if rank < self.world_size:
+                    plan[node * width + local] = rank
+            trained += 1
         return plan
 
     def all_slots(self) -> range:
-        return range((-(-self.world_size // self.per_node)) * (self.per_node + self.spares_per_node))
+        nodes = -(-self.world_size // self.per_node) + len(self.spare_nodes)
+        return range(nodes * (self.per_node + self.spares_per_node))

@@ -3,14 +3,18 @@
 A rank whose training function raised reports `ag.rank raised` with the round it ended; the first report
 of a round makes one `la.restart` to every agent, which passes it to its ranks (`a.restart`) so that
 ranks outside a collective leave the function too. A rank that dies is lost: while spare ranks are left
-the notice names it, and the meeting gives its rank to a spare. What this cannot absorb (a death with no
-spare left, an INPROCESS_ESCALATE exit, a failed health check, a lost agent) goes on to the step watch,
-which stops the step and restarts it as without in-process restart.
+the notice names it, and the meeting gives its rank to a spare. A node whose agent is lost (the node
+died) or that fails a health check (an Xid) loses all its tasks at once: the notice names them all (its
+agent, if alive, kills them), the meeting moves their ranks to spares on healthy nodes, and the launcher
+excludes the node for later steps. What this cannot absorb (a loss with no spare left, an
+INPROCESS_ESCALATE exit) goes on to the step watch, which stops the step and restarts it as without
+in-process restart.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from nvrx_hpc.core import messages as m
@@ -24,30 +28,57 @@ __all__ = ["InprocessWatch"]
 
 
 class InprocessWatch:
-    def __init__(self, hub: AgentHub, events: EventLog, nodes: list[str], settings: InprocessRun,
-                 spare_slots: int, world: int, clock=time) -> None:  # fmt: skip
+    """`nodes`: the step's nodes in Slurm's order, `width` tasks each (task `slot` runs on nodes[slot // width]);
+    `world` of the tasks train. `on_node_lost(node, why)` is called once for a node lost in-process."""
+
+    def __init__(self, hub: AgentHub, events: EventLog, nodes: list[str], settings: InprocessRun, width: int,
+                 world: int, clock=time, on_node_lost: Callable[[str, str], None] | None = None) -> None:  # fmt: skip
         self.hub = hub
         self.world = world
         self.events = events
         self.nodes = nodes
+        self.width = width
         self.s = settings
         self.clock = clock
+        self.on_node_lost = on_node_lost
         self.round = 0  # the round the ranks run now, as far as this side knows
-        self.spares_left = spare_slots
         self.lost: set[int] = set()
+        self.lost_nodes: set[str] = set()
+        self.exited: set[int] = set()  # tasks whose exit an agent reported
         self.recovered: list[str] = []  # the errors of rounds that were recovered in-process
         self.escalated = False  # a loss it could not absorb: the step is being stopped
         self._restarted_at = float("-inf")
 
+    @property
+    def spares_left(self) -> int:
+        """Tasks alive beyond the ranks that train: each one can take one more lost rank."""
+        return len(self.nodes) * self.width - len(self.lost) - self.world
+
+    def all_exited(self) -> bool:
+        """A node was lost and every task of the others has exited: the step is over, but srun still waits for
+        the lost node's tasks until Slurm marks that node down (SlurmdTimeout)."""
+        alive = set(range(len(self.nodes) * self.width)) - self.lost
+        return bool(self.lost_nodes) and alive <= self.exited
+
+    def slots_of(self, node: str) -> range:
+        i = self.nodes.index(node)
+        return range(i * self.width, (i + 1) * self.width)
+
     def take(self, event: HubEvent) -> bool:
         """True when the event was handled in-process (the step watch must not act on it)."""
         msg = event.msg
-        if not isinstance(msg, m.RankEvent) or event.node not in self.nodes:
+        if event.node not in self.nodes:
+            return False
+        if isinstance(msg, m.AgentLost):
+            silent = f" (silent for {msg.silent_s:g} s)" if msg.silent_s is not None else ""
+            return self._lose_node(event.node, f"node agent on {event.node} lost{silent}")
+        if isinstance(msg, m.HealthFailed):
+            return self._lose_node(event.node, f"{event.node} failed health check {msg.check}: {msg.detail}")
+        if not isinstance(msg, m.RankEvent):
             return False
         if msg.event is RankEventKind.RAISED:
             new = [slot for slot in msg.lost if slot not in self.lost]
             self.lost.update(new)
-            self.spares_left -= len(new)
             why = f"rank {msg.rank} on {event.node} ended round {msg.round}: {msg.reason}"
             if msg.reason and not msg.lost:
                 self.recovered.append(msg.reason)
@@ -61,6 +92,7 @@ class InprocessWatch:
             return True  # the agent kills a hung rank; its exit comes next and is a loss
         if msg.event is not RankEventKind.EXITED:
             return False
+        self.exited.add(msg.rank)
         if msg.rank in self.lost:
             return True
         if (msg.exit_code == 0 and not msg.signal) or msg.exit_code == ExitCode.INPROCESS_ESCALATE:
@@ -68,21 +100,43 @@ class InprocessWatch:
         if msg.exit_code is None and not msg.signal and msg.reason == "finished":
             return True  # it said goodbye: an exit of its own (done, or replaced); never a death
         if self.spares_left <= 0:
-            if not self.escalated:  # once: the step's stop then ends every other rank too
-                self.escalated = True
-                self.events.emit("inprocess.no_spare", node=event.node, rank=msg.rank,
-                                 reason="a rank died and no spare rank is left: the step restarts")
+            self._no_spare(event.node, msg.rank, "a rank died and no spare rank is left: the step restarts")
             return False
         self.lost.add(msg.rank)
-        self.spares_left -= 1
-        # Its peers' collectives broke at once and they may already be meeting for the next round: then the
+        self._restart_for_loss([msg.rank], f"rank {msg.rank} on {event.node} died")
+        return True
+
+    def _lose_node(self, node: str, why: str) -> bool:
+        """Every task of `node` is lost (the node died, or failed a health check); False when the spares left
+        cannot take its ranks (the step watch then stops the step)."""
+        if node in self.lost_nodes:
+            return True  # already absorbed: a later report of the same node
+        new = [slot for slot in self.slots_of(node) if slot not in self.lost]
+        if self.spares_left < len(new):
+            self._no_spare(node, None, f"{why}; {len(new)} tasks lost and {self.spares_left} spare left: "
+                           "the step restarts")  # fmt: skip
+            return False
+        self.lost.update(new)
+        self.lost_nodes.add(node)
+        if self.on_node_lost is not None:
+            self.on_node_lost(node, why)
+        if new:  # none: the meeting already declared its tasks lost (a silent node is found late)
+            self._restart_for_loss(new, why)
+        return True
+
+    def _restart_for_loss(self, lost: list[int], why: str) -> None:
+        # The peers' collectives broke at once and they may already be meeting for the next round: then the
         # notice names the round that ended, and only says who is lost.
         meeting = self.clock.monotonic() - self._restarted_at < self.s.soft_timeout_s and self.round > 0
         round = self.round - 1 if meeting else self.round
-        self._restart(round, [msg.rank], f"rank {msg.rank} on {event.node} died")
+        self._restart(round, lost, why)
         if not meeting:
             self.round += 1
-        return True
+
+    def _no_spare(self, node: str, rank: int | None, why: str) -> None:
+        if not self.escalated:  # once: the step's stop then ends every other rank too
+            self.escalated = True
+            self.events.emit("inprocess.no_spare", node=node, rank=rank, reason=why)
 
     def finished_despite(self, rc: int, run_dir: Path, since: float) -> bool:
         """Every rank returned from the training function in this step (`inprocess.finished` events): then the

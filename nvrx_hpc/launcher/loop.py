@@ -31,14 +31,8 @@ from nvrx_hpc.launcher.rundir import JobIdentity, claim_run_dir, read_state, wri
 from nvrx_hpc.launcher.settings import RunSettings, agent_status_s
 from nvrx_hpc.launcher.site_attach import attach_site_agents
 from nvrx_hpc.launcher.status import StatusWriter
-from nvrx_hpc.launcher.steps import (
-    SrunStep,
-    StepSpec,
-    agent_step_argv,
-    free_port,
-    srun_has_nvrx,
-    training_step_argv,
-)
+from nvrx_hpc.launcher.step_layout import layout_step
+from nvrx_hpc.launcher.steps import SrunStep, agent_step_argv, srun_has_nvrx, training_step_argv
 from nvrx_hpc.launcher.straggler_watch import StragglerWatch
 from nvrx_hpc.slurm.api import JobContext, SlurmBackend
 from nvrx_hpc.slurm.hostlist import compress, sort_hosts
@@ -79,6 +73,7 @@ class Launcher:
         self._env: dict[str, str] = dict(os.environ)
         self._store = StoreProcess()  # in-process restart's meeting place, when it is on
         self._inprocess: InprocessWatch | None = None  # the last step's, when in-process restart is on
+        self._excluding: list[asyncio.Future] = []  # nodes lost in-process, being excluded
 
     # ------------------------------------------------------------------ set-up
 
@@ -380,6 +375,10 @@ class Launcher:
                 self.events.emit("launcher.node.drain_failed", node=node, reason=exc.message)
         return spare
 
+    def _exclude_soon(self, node: str, why: str) -> None:
+        """A node the running step lost in-process: excluded (and drained in site mode) off the event loop."""
+        self._excluding.append(asyncio.ensure_future(asyncio.to_thread(self._exclude, node, why)))
+
     def _exclude_stragglers(self) -> bool:
         """Policy straggler.exclude_at_restart: a node that keeps straggling is replaced by a spare (never
         shrinks the job). True when a spare was used."""
@@ -394,41 +393,30 @@ class Launcher:
     async def _run_step(
         self, index: int, restart: int, env: dict[str, str], socket_template: str, plugin: bool
     ) -> Attempt:
-        nodes = sort_hosts(self.pool.active)  # Slurm places rank 0 on the first node in its own order
         hub = self.hub
         self._drain_queue()
         self.stragglers.new_step()
+        ip = self.s.inprocess
+        store = f"{self._advertise_host()}:{self._store.port}" if ip.enabled else None
+        layout = layout_step(self.s, self.pool.active, self.pool.spares, restart,
+                             self._address_of(sort_hosts(self.pool.active)[0]), socket_template, plugin, store)
+        nodes, spec = layout.nodes, layout.spec
         hub.broadcast(m.StepStart, nodes=nodes, restart=restart, status_s=agent_status_s(len(nodes)))
         hub.broadcast(m.LauncherTimeouts, nodes=nodes, timeouts=self.s.agent_timeouts())
-        step_env = {
-            "MASTER_ADDR": self._address_of(nodes[0]),
-            "MASTER_PORT": str(free_port()),
-            "NVRX_RESTART_COUNT": str(restart),
-            "NVRX_RUN_DIR": str(self.run_dir),
-            "NVRX_TOKEN_FILE": str(self.run_dir / "token"),
-            "NVRX_AGENT_SOCKET": socket_template,
-            "TORCH_FR_BUFFER_SIZE": os.environ.get("TORCH_FR_BUFFER_SIZE", "2000"),
-        }
-        ip, per_node = self.s.inprocess, self.s.tasks_per_node
-        if ip.enabled:  # the spare ranks follow each node's training ranks (nvrx_hpc.inprocess.settings)
-            store = f"{self._advertise_host()}:{self._store.port}"
-            step_env.update(ip.task_env(len(nodes) * per_node, per_node, store))
-        spec = StepSpec(
-            nodes=nodes, tasks_per_node=per_node + ip.spare_ranks * ip.enabled, name=f"nvrx-train-{restart}",
-            output=self.run_dir / "logs" / f"step-{restart}.log", env=step_env, command=self.s.command,
-            nvrx_plugin=plugin, cpus_per_task=self.s.cpus_per_task, gpus_per_task=self.s.gpus_per_task,
-            keep_going=ip.enabled,
-        )
-        step = SrunStep(training_step_argv(spec), {**env, **step_env})
+        step = SrunStep(training_step_argv(spec), {**env, **layout.env})
         started = time.time()
-        self.events.emit("launcher.step.started", attempt=index, restart=restart, nodes=nodes,
-                         world_size=len(nodes) * self.s.tasks_per_node, log=str(spec.output), plugin=plugin)
+        world = len(layout.training) * self.s.tasks_per_node
+        self.events.emit("launcher.step.started", attempt=index, restart=restart, nodes=layout.training,
+                         world_size=world, log=str(spec.output), plugin=plugin, spare_nodes=[
+                             n for n in nodes if n not in layout.training])  # fmt: skip
         await step.start()
         watch = StepWatch(self.hub, self.events, self.s, self._clock)
         if ip.enabled:
-            watch.inprocess = self._inprocess = InprocessWatch(hub, self.events, nodes, ip, ip.spare_ranks * len(nodes),
-                                                               per_node * len(nodes), self._clock)
+            watch.inprocess = self._inprocess = InprocessWatch(hub, self.events, nodes, ip, layout.width, world,
+                                                               self._clock, on_node_lost=self._exclude_soon)
         findings, max_iteration, rc = await watch.run(step, nodes)
+        await asyncio.gather(*self._excluding)
+        self._excluding.clear()
         self._rank_nodes.update(watch.rank_nodes)
         if rc and not findings and ip.enabled and self._inprocess.finished_despite(rc, self.run_dir, started):
             rc = 0

@@ -79,6 +79,11 @@ class StepWatch:
                 now = self.clock.monotonic()
                 if self._first_at is not None and now - self._first_at >= SETTLE_S:
                     break
+                if not waiter.done() and self.inprocess is not None and self.inprocess.all_exited():
+                    # every task left has exited; srun would wait for a lost node's until Slurm marks it down
+                    self.events.emit("launcher.step.lost_node_wait_cut", reason="every task of the healthy nodes "
+                                     "exited; srun only waits for the lost nodes' tasks")  # fmt: skip
+                    await step.stop(self.s.stop_grace_s)
                 if waiter.done():
                     ended_at = ended_at or now
                     # A failed step: give the agents a moment to report which rank it was.

@@ -41,14 +41,16 @@ class InprocessRun:
     pg_timeout_s: float = 30.0
     max_restarts: int = 50
 
-    def task_env(self, world: int, tasks_per_node: int, store: str) -> dict[str, str]:
+    def task_env(self, world: int, tasks_per_node: int, store: str,
+                 spare_nodes: tuple[int, ...] = ()) -> dict[str, str]:
+        """The ranks' NVRX_IP_*; `spare_nodes`: the places in the step of the nodes whose tasks are all spares."""
         from nvrx_hpc.inprocess import settings as ip
 
         return {
             ip.ENV_STORE: store, ip.ENV_WORLD: str(world), ip.ENV_TASKS_PER_NODE: str(tasks_per_node),
             ip.ENV_SPARES_PER_NODE: str(self.spare_ranks), ip.ENV_SOFT: str(self.soft_timeout_s),
             ip.ENV_HARD: str(self.hard_timeout_s), ip.ENV_PG_TIMEOUT: str(self.pg_timeout_s),
-            ip.ENV_MAX_ROUNDS: str(self.max_restarts),
+            ip.ENV_MAX_ROUNDS: str(self.max_restarts), ip.ENV_SPARE_NODES: ",".join(map(str, spare_nodes)),
         }  # fmt: skip
 
 

@@ -51,8 +51,9 @@ def training_step_argv(spec: StepSpec) -> list[str]:
         spec.nodes, [sys.executable, "-m", "nvrx_hpc.launcher.rank_exec", "--", *spec.command],
         job_name=spec.name, tasks_per_node=spec.tasks_per_node, output=spec.output, label=True,
         kill_on_bad_exit=not spec.keep_going, cpus_per_task=spec.cpus_per_task, gpus_per_task=spec.gpus_per_task,
-        # A waiting spare rank uses no CPU: the training ranks keep the CPUs the allocation gave them.
-        extra=(["--nvrx"] if spec.nvrx_plugin else []) + (["--overcommit"] if spec.keep_going else []),
+        # A waiting spare rank uses no CPU: the training ranks keep the CPUs the allocation gave them. A node
+        # that fails must not end the step either (--no-kill): its ranks move to spares in-process.
+        extra=(["--nvrx"] if spec.nvrx_plugin else []) + (["--overcommit", "--no-kill"] if spec.keep_going else []),
         export=list(spec.env),
     )
 

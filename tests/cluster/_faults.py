@@ -60,12 +60,12 @@ def submit(cluster, tmp_path: Path, name: str, *, nodes: int, spares: int, fault
 
 
 def sbatch_exec(cluster, tmp_path: Path, name: str, argv: list[str], env: dict[str, str],
-                tasks_per_node: int = 2) -> str:
-    """sbatch a 2-node job whose script exports `env` and execs `argv`; its output is `<tmp_path>/<name>.out`."""
+                tasks_per_node: int = 2, nodes: int = 2) -> str:
+    """sbatch a job of `nodes` whose script exports `env` and execs `argv`; its output is `<tmp_path>/<name>.out`."""
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     script = tmp_path / f"{name}.sh"
     script.write_text("#!/bin/bash\n" + exports + "exec " + shlex.join(argv) + "\n")
-    done = cluster.run(["sbatch", "--parsable", "--nodes=2", f"--ntasks-per-node={tasks_per_node}", "--time=5",
+    done = cluster.run(["sbatch", "--parsable", f"--nodes={nodes}", f"--ntasks-per-node={tasks_per_node}", "--time=5",
                         "--no-kill", f"--output={tmp_path / name}.out", str(script)], timeout=30)  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().split(";")[0]

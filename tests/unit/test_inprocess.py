@@ -44,6 +44,17 @@ def test_first_plan_puts_the_spares_after_each_nodes_training_ranks():
     assert list(s.all_slots()) == [0, 1, 2, 3, 4, 5]
 
 
+def test_a_spare_node_holds_only_spares_and_a_lost_nodes_ranks_go_to_healthy_nodes():
+    env = {"NVRX_IP_STORE": "h:1", "SLURM_PROCID": "4", "NVRX_IP_WORLD": "4", "NVRX_IP_TASKS_PER_NODE": "2",
+           "NVRX_IP_SPARES_PER_NODE": "1", "NVRX_IP_SPARE_NODES": "1"}
+    s = InprocessSettings.from_env(env)  # Slurm's order: n1, the spare node, n2
+    assert s.spare_nodes == (1,) and list(s.all_slots()) == list(range(9))
+    assert s.first_plan() == {0: 0, 1: 1, 6: 2, 7: 3}
+    # the training node in the middle is lost (slots 6-8): its ranks go to spares alive, never to its own
+    plan = make_plan(1, s.first_plan(), here=[0, 1, 2, 3, 4, 5], world=4, lost=[6, 7, 8], width=3)
+    assert not plan.escalate and set(plan.replaced) == {2, 3} and all(slot < 6 for slot in plan.ranks)
+
+
 def test_settings_refuse_a_task_not_started_for_inprocess():
     with pytest.raises(ConfigError, match="NVRX_IP_STORE"):
         InprocessSettings.from_env({"SLURM_PROCID": "0"})

@@ -29,11 +29,13 @@ class Clock:
         return self.now
 
 
-def _watch(tmp_path, spares=2):
+def _watch(tmp_path, spare_ranks=1, nodes=("n1", "n2"), lost_nodes=None):
+    """2 ranks on each of the first two nodes, `spare_ranks` spare tasks after them on every node."""
     hub, clock = Hub(), Clock()
     events = EventLog(tmp_path / "events.jsonl", source="launcher")
-    return InprocessWatch(hub, events, ["n1", "n2"], InprocessRun(enabled=True, soft_timeout_s=5), spares, 4, clock), \
-        hub, clock, events  # fmt: skip
+    on_lost = None if lost_nodes is None else (lambda node, why: lost_nodes.append((node, why)))
+    return InprocessWatch(hub, events, list(nodes), InprocessRun(enabled=True, soft_timeout_s=5), 2 + spare_ranks, 4,
+                          clock, on_node_lost=on_lost), hub, clock, events  # fmt: skip
 
 
 def _rank(event, rank, node="n1", **fields):
@@ -61,7 +63,7 @@ def test_a_death_names_the_lost_rank_and_uses_a_spare(tmp_path):
 
 
 def test_what_it_cannot_absorb_goes_to_the_step_watch(tmp_path):
-    w, _, _, _ = _watch(tmp_path, spares=0)
+    w, _, _, _ = _watch(tmp_path, spare_ranks=0)
     assert not w.take(_rank(RankEventKind.EXITED, 3, signal=9))  # no spare left
     assert not w.take(_rank(RankEventKind.EXITED, 2, signal=15))
     kinds = [json.loads(line)["kind"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
@@ -94,3 +96,39 @@ def test_a_verdict_on_a_recovered_error_is_recognised(tmp_path):
     assert w.explains(Verdict())
     Verdict.root_cause = "CUDA error: an illegal memory access was encountered"
     assert not w.explains(Verdict())
+
+
+def test_a_failed_or_lost_node_moves_its_ranks_to_a_spare_node_in_process(tmp_path):
+    excluded: list = []
+    w, hub, clock, _ = _watch(tmp_path, nodes=("n1", "n2", "n3"), lost_nodes=excluded)  # n3: a spare node
+    assert w.spares_left == 5  # 9 tasks, 4 train
+    assert w.take(HubEvent("n1", m.HealthFailed(node="n1", check="gpu", verdict="fatal", detail="Xid 79"), 0.0))
+    assert hub.sent[-1]["lost"] == (0, 1, 2) and hub.sent[-1]["round"] == 0 and w.round == 1
+    assert excluded == [("n1", "n1 failed health check gpu: Xid 79")] and w.spares_left == 2
+    assert w.take(HubEvent("n1", m.HealthFailed(node="n1", check="gpu", verdict="fatal"), 0.0))  # the same node
+    assert w.take(_rank(RankEventKind.EXITED, 1, signal=9)) and len(hub.sent) == 1  # its ranks killed: known
+    # n2 lost while the ranks meet: the notice names the ended round; 3 more lost, 2 spares: the step restarts
+    clock.now += 1
+    assert not w.take(HubEvent("n2", m.AgentLost(node="n2"), 0.0))
+    assert len(excluded) == 1 and "inprocess.no_spare" in (tmp_path / "events.jsonl").read_text()
+
+
+def test_a_lost_node_ends_the_step_once_every_other_task_has_exited(tmp_path):
+    w, _, _, _ = _watch(tmp_path, nodes=("n1", "n2", "n3"), lost_nodes=[])
+    assert w.take(HubEvent("n2", m.AgentLost(node="n2"), 0.0)) and w.lost == {3, 4, 5}
+    for slot in (0, 1, 2, 6, 7):
+        w.take(_rank(RankEventKind.EXITED, slot, exit_code=0))
+    assert not w.all_exited()
+    w.take(_rank(RankEventKind.EXITED, 8, reason="finished"))
+    assert w.all_exited()
+
+
+def test_a_node_whose_tasks_the_meeting_declared_lost_is_excluded_without_another_restart(tmp_path):
+    excluded: list = []
+    w, hub, _, _ = _watch(tmp_path, nodes=("n1", "n2", "n3"), lost_nodes=excluded)
+    # a node that lost power sends no reset: its peers time out, the meeting declares its tasks lost
+    assert w.take(_rank(RankEventKind.RAISED, 0, round=0, reason="RuntimeError: timed out"))
+    assert w.take(_rank(RankEventKind.RAISED, 0, round=0, reason="declared lost after 5 s", lost=(3, 4, 5)))
+    sent = len(hub.sent)
+    assert w.take(HubEvent("n2", m.AgentLost(node="n2", silent_s=15.0), 0.0))  # its silence is found later
+    assert len(hub.sent) == sent and [node for node, _ in excluded] == ["n2"] and w.spares_left == 2
