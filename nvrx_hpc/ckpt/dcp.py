@@ -154,6 +154,7 @@ class DcpWriter(FileSystemWriter):
         self._world = 1
         self.cache_staging = bool(cache_staging)
         self._go: threading.Event | None = None  # set from stage() to synchronize_staging() of an async_save
+        self._stager = 0  # the thread that called stage(): it never waits for _go itself
         atexit.register(self._settle_committer)
 
     # -- dcp.async_save's blocking part, in the training thread ---------------------------------------------
@@ -166,19 +167,36 @@ class DcpWriter(FileSystemWriter):
             staged = dcp_stage.stage(state_dict)
         else:
             staged = super().stage(state_dict)
-        self._go = threading.Event()
+        self._go, self._stager = threading.Event(), threading.get_ident()
         return staged
 
     def synchronize_staging(self) -> None:
-        """async_save's last step before it returns: the save's thread may go on (see reset)."""
+        """async_save's last step before it returns: the save's thread may go on (see _hold)."""
         if self._go is not None:
             self._go.set()
 
+    def _hold(self) -> None:
+        """In async_save's thread, wait until async_save returned: until then the caller needs the GIL (to
+        start that thread and return), and the save's Python would hold it. DCP's first calls into the writer
+        there: `checkpoint_id` (its log line, when none is given), reset (when one is), storage_meta."""
+        go = self._go
+        if go is not None and threading.get_ident() != self._stager:
+            go.wait(_GO_TIMEOUT_S)
+            if self._go is go:
+                self._go = None
+
+    @property
+    def checkpoint_id(self) -> str | os.PathLike[str]:
+        self._hold()
+        return super().checkpoint_id
+
     # -- DCP's StorageWriter calls -----------------------------------------------------------------------
+    def storage_meta(self) -> Any:
+        self._hold()
+        return super().storage_meta()
+
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
-        if self._go is not None:  # the first call in async_save's thread: it starts once async_save returns,
-            self._go.wait(_GO_TIMEOUT_S)  # so the caller does not wait for the GIL behind the planning
-            self._go = None
+        self._hold()
         if checkpoint_id:
             self._requested = _check_name(os.fspath(checkpoint_id))
         self.save_id = uuid.uuid4().hex
