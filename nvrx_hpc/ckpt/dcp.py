@@ -212,9 +212,7 @@ class DcpWriter(FileSystemWriter):
         if self.rank is None:
             self.rank = dist.get_rank() if self._world > 1 else 0
         if self._world > 1 and self.replicate is not False and self._transport is None:
-            from nvrx_hpc.ckpt.transport import TorchTransport
-
-            self._transport = TorchTransport()  # collective: every rank sets up its writer here
+            self._transport = _shared_transport()
 
     def prepare_local_plan(self, plan: Any) -> Any:
         seqs = committed_versions(self.root)
@@ -339,6 +337,24 @@ class DcpWriter(FileSystemWriter):
         if self._commit_error is not None:
             error, self._commit_error = self._commit_error, None
             raise CheckpointError(f"commit on {self.root} failed: {error}", hint="check the burst buffer") from error
+
+
+_shared: tuple[Any, Any] = (None, None)  # (the default process group, the TorchTransport made on it)
+_shared_lock = threading.Lock()
+
+
+def _shared_transport() -> Any:
+    """The partner copies' gloo group, one per process and default group, shared by every DcpWriter: a new
+    group costs each rank a rendezvous and a connection to every other. Made collectively by the first save
+    that replicates (every rank's first one), again after the default group was replaced (a restart)."""
+    from nvrx_hpc.ckpt.transport import TorchTransport
+
+    global _shared
+    world = dist.distributed_c10d._get_default_group()
+    with _shared_lock:
+        if _shared[0] is not world:
+            _shared = (world, TorchTransport())
+        return _shared[1]
 
 
 def _protects(layout: Layout) -> bool:
