@@ -32,9 +32,10 @@ start at a gloo barrier, with no save in flight; the harness waits in gloo, whic
 and would take an oversubscribed host's cores from the ranks being timed. Each side: the slowest rank's time per
 round, median over the rounds. The other figures use MPI barriers and reductions (`bare_copy_s` there includes
 the spinning neighbours).
-dcp_adapter_vs_copy on the 2-core dev VM shared with other sessions (load average 10-17; docs/checkpoint.md,
-DCP section; medians of 5 runs): 1.44 with `--size-mib 64 --iters 3` (4 ranks), 1.26 with `--ranks 2` as
-well, 1.27 with `--size-mib 256 --iters 3`.
+dcp_adapter_vs_copy on the 2-core dev VM shared with other sessions (docs/checkpoint.md, DCP section; medians
+of 5 runs, load average 4.5-7.8 unless said): 1.57 with `--size-mib 64 --iters 3` (4 ranks; 1.44 at load 10-15;
+dcp_adapter_vs_copy_cpu 1.15), 1.11 with `--ranks 2` as well (cpu 1.17), 0.89 with `--size-mib 256 --iters 3`
+(load 2-16; cpu 1.01).
 """
 
 from __future__ import annotations
