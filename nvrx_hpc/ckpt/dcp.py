@@ -154,6 +154,7 @@ class DcpWriter(FileSystemWriter):
         self._world = 1
         self.cache_staging = bool(cache_staging)
         self._go: threading.Event | None = None  # set from stage() to synchronize_staging() of an async_save
+        self._stager = 0  # the thread that called stage(): it never waits for _go itself
         atexit.register(self._settle_committer)
 
     # -- dcp.async_save's blocking part, in the training thread ---------------------------------------------
@@ -166,19 +167,36 @@ class DcpWriter(FileSystemWriter):
             staged = dcp_stage.stage(state_dict)
         else:
             staged = super().stage(state_dict)
-        self._go = threading.Event()
+        self._go, self._stager = threading.Event(), threading.get_ident()
         return staged
 
     def synchronize_staging(self) -> None:
-        """async_save's last step before it returns: the save's thread may go on (see reset)."""
+        """async_save's last step before it returns: the save's thread may go on (see _hold)."""
         if self._go is not None:
             self._go.set()
 
+    def _hold(self) -> None:
+        """In async_save's thread, wait until async_save returned: until then the caller needs the GIL (to
+        start that thread and return), and the save's Python would hold it. DCP's first calls into the writer
+        there: `checkpoint_id` (its log line, when none is given), reset (when one is), storage_meta."""
+        go = self._go
+        if go is not None and threading.get_ident() != self._stager:
+            go.wait(_GO_TIMEOUT_S)
+            if self._go is go:
+                self._go = None
+
+    @property
+    def checkpoint_id(self) -> str | os.PathLike[str]:
+        self._hold()
+        return super().checkpoint_id
+
     # -- DCP's StorageWriter calls -----------------------------------------------------------------------
+    def storage_meta(self) -> Any:
+        self._hold()
+        return super().storage_meta()
+
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
-        if self._go is not None:  # the first call in async_save's thread: it starts once async_save returns,
-            self._go.wait(_GO_TIMEOUT_S)  # so the caller does not wait for the GIL behind the planning
-            self._go = None
+        self._hold()
         if checkpoint_id:
             self._requested = _check_name(os.fspath(checkpoint_id))
         self.save_id = uuid.uuid4().hex
@@ -194,9 +212,7 @@ class DcpWriter(FileSystemWriter):
         if self.rank is None:
             self.rank = dist.get_rank() if self._world > 1 else 0
         if self._world > 1 and self.replicate is not False and self._transport is None:
-            from nvrx_hpc.ckpt.transport import TorchTransport
-
-            self._transport = TorchTransport()  # collective: every rank sets up its writer here
+            self._transport = _shared_transport()
 
     def prepare_local_plan(self, plan: Any) -> Any:
         seqs = committed_versions(self.root)
@@ -321,6 +337,24 @@ class DcpWriter(FileSystemWriter):
         if self._commit_error is not None:
             error, self._commit_error = self._commit_error, None
             raise CheckpointError(f"commit on {self.root} failed: {error}", hint="check the burst buffer") from error
+
+
+_shared: tuple[Any, Any] = (None, None)  # (the default process group, the TorchTransport made on it)
+_shared_lock = threading.Lock()
+
+
+def _shared_transport() -> Any:
+    """The partner copies' gloo group, one per process and default group, shared by every DcpWriter: a new
+    group costs each rank a rendezvous and a connection to every other. Made collectively by the first save
+    that replicates (every rank's first one), again after the default group was replaced (a restart)."""
+    from nvrx_hpc.ckpt.transport import TorchTransport
+
+    global _shared
+    world = dist.distributed_c10d._get_default_group()
+    with _shared_lock:
+        if _shared[0] is not world:
+            _shared = (world, TorchTransport())
+        return _shared[1]
 
 
 def _protects(layout: Layout) -> bool:

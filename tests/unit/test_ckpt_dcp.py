@@ -92,12 +92,14 @@ def save_sharded(rank: int, world: int, bb: str) -> None:
     from nvrx_hpc.ckpt import dcp_stage
 
     mesh = init_device_mesh("cpu", (world,))
-    writer = DcpWriter(bb, failure_domain="ab"[rank // 2])
+    writers = []
     for step in (1, 2):  # async: step 2 is staged into the host copy kept from step 1 (dcp_stage)
+        writers.append(DcpWriter(bb, failure_domain="ab"[rank // 2]))  # a writer per save, as with FileSystemWriter
         state = {"w": distribute_tensor(full(step), mesh, [Shard(0)]), f"r{rank}": own(rank, step), "step": step}
-        dcp.async_save(state, storage_writer=writer, checkpoint_id=f"step-{step}").result()
-        writer.wait_committed()
+        dcp.async_save(state, storage_writer=writers[-1], checkpoint_id=f"step-{step}").result()
+        writers[-1].wait_committed()
         assert len(dcp_stage._copies) == 1
+    assert writers[1]._transport is writers[0]._transport is not None  # one partner-copy group per process
 
 
 def load_resharded(rank: int, world: int, reader_args: dict, step: int) -> None:

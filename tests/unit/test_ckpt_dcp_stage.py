@@ -87,7 +87,8 @@ def test_async_saves_through_the_writer_keep_each_steps_values(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
-def test_the_save_thread_plans_only_after_async_save_let_it_go(tmp_path):
+@pytest.mark.parametrize("checkpoint_id", ["s1", None])  # without one, DCP never calls reset
+def test_the_save_thread_plans_only_after_async_save_let_it_go(tmp_path, checkpoint_id):
     import torch.distributed.checkpoint as dcp
 
     from nvrx_hpc.ckpt import DcpWriter
@@ -104,5 +105,6 @@ def test_the_save_thread_plans_only_after_async_save_let_it_go(tmp_path):
             super().set_up_storage_writer(*args, **kwargs)
 
     writer = Probe(tmp_path / "{domain}", failure_domain="a")
-    dcp.async_save({"w": torch.ones(4)}, storage_writer=writer, checkpoint_id="s1").result()
+    dcp.async_save({"w": torch.ones(4)}, storage_writer=writer, checkpoint_id=checkpoint_id).result()
     assert writer.planned_after_sync and writer._go is None
+    assert (tmp_path / "a" / (checkpoint_id or "v000001") / ".metadata").is_file()
