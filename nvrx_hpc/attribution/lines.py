@@ -85,9 +85,10 @@ def split_prefix(line: str) -> tuple[int | None, str]:
 def split_prefixes(line: str) -> tuple[int | None, str | None, str]:
     """Strip the runner prefixes a line may carry, outermost first: srun `--label` (`12: `) or mpirun's
     `[1,12]<stderr>:`, a pdsh host (`node-b7: `), torchrun's `[default3]:`, torch's `[rank12]:`.
-    Returns (rank, host, the rest). srun's and mpirun's labels are global ranks and win; torchrun's
-    `[default3]` is the local rank on its node: it stands in for the rank only when no global one is
-    given (`[default6]:[rank14]:` is rank 14)."""
+    Returns (rank, host, the rest). torch's `[rank12]:` is the process's own global rank and wins; srun's
+    and mpirun's labels are the task, the rank when each task is one rank (`2: [rank21]:` is rank 21: srun
+    started one torchrun per node); torchrun's `[default3]` is the local rank on its node: it stands in for
+    the rank only when no global one is given (`[default6]:[rank14]:` is rank 14)."""
     rank, node, rest, _local = _split_prefixes(line)
     return rank, node, rest
 
@@ -112,7 +113,7 @@ def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None]
         line = line[m.end() :]
     m = _TORCH_RANK.match(line)
     if m:
-        rank = int(m.group(1)) if rank is None else rank
+        rank = int(m.group(1))
         line = line[m.end() :]
     if rank is None and local is not None:
         return local, node, line, local

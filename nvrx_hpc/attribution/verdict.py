@@ -344,6 +344,7 @@ def decide(f: Findings) -> Verdict:
         ranks, nodes, gpus = [], [], []  # NaN on several nodes: the run diverged, no one GPU did it
     if category is Category.SCHEDULER:
         nodes, ranks, gpus = [], [], []  # a time limit or a cancel is the job's, not a node's
+    nodes, gpus = _short_hosts(nodes), _short_hosts(gpus)
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
     if category in (Category.APPLICATION, Category.NUMERICAL):
         restartable = False  # the workload's own failure comes back on any node
@@ -389,6 +390,24 @@ def decide(f: Findings) -> Verdict:
         exclude_nodes=exclude,
         signature=root.signature,
     )
+
+
+def _short_host(name: str) -> str:
+    """`vg-h100-0b.cluster.internal` -> `vg-h100-0b`: one host shows up as its FQDN in one log and its short
+    name in another; the short name is the one Slurm knows (and excludes). Addresses stay whole."""
+    head, dot, _rest = name.partition(".")
+    return head if dot and head[:1].isalpha() else name
+
+
+def _short_hosts(names: Sequence[str]) -> list[str]:
+    """Host names (or `host:gpu`) in their short form, each once, in order."""
+    out: list[str] = []
+    for n in names:
+        host, colon, rest = n.partition(":")
+        short = _short_host(host) + colon + rest
+        if short not in out:
+            out.append(short)
+    return out
 
 
 def _ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: dict[int, str]) -> list[int]:
