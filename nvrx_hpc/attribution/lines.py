@@ -89,19 +89,21 @@ def split_prefixes(line: str) -> tuple[int | None, str | None, str]:
     and mpirun's labels are the task, the rank when each task is one rank (`2: [rank21]:` is rank 21: srun
     started one torchrun per node); torchrun's `[default3]` is the local rank on its node: it stands in for
     the rank only when no global one is given (`[default6]:[rank14]:` is rank 14)."""
-    rank, node, rest, _local = _split_prefixes(line)
+    rank, node, rest, _local, _label = _split_prefixes(line)
     return rank, node, rest
 
 
-def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None]:
-    """`split_prefixes` plus the local rank when the rank is only torchrun's `[defaultN]`."""
-    rank = node = local = None
+def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None, tuple[int, bool] | None]:
+    """`split_prefixes` plus the local rank when the rank is only torchrun's `[defaultN]`, and srun's or
+    mpirun's label with whether torch's own rank prefix stood beside it."""
+    rank = node = local = label = None
+    torch = False
     m = _LEAD.match(line)
     if m:
         line = line[m.end() :]
     m = _SRUN_LABEL.match(line) or _MPI_RANK.match(line)
     if m:
-        rank = int(m.group(1))
+        rank = label = int(m.group(1))
         line = line[m.end() :]
     m = _HOST_PREFIX.match(line)
     if m:
@@ -113,11 +115,12 @@ def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None]
         line = line[m.end() :]
     m = _TORCH_RANK.match(line)
     if m:
-        rank = int(m.group(1))
+        rank, torch = int(m.group(1)), True
         line = line[m.end() :]
+    labelled = (label, torch) if label is not None else None
     if rank is None and local is not None:
-        return local, node, line, local
-    return rank, node, line, None
+        return local, node, line, local, labelled
+    return rank, node, line, None, labelled
 
 
 def read_header(text: str, year: int | None) -> tuple[float | None, str, str | None, str | None]:
@@ -203,7 +206,7 @@ def classify_line(
     raw: str, line_no: int, ctx: LineContext, catalog: tuple[Signature, ...] = CATALOG
 ) -> Hit | None:
     """The hit for one line (1-based `line_no`), or None when no signature matches it."""
-    prefix_rank, prefix_node, text, tee_local = _split_prefixes(raw.rstrip("\r\n"))
+    prefix_rank, prefix_node, text, tee_local, label = _split_prefixes(raw.rstrip("\r\n"))
     for sig in catalog:
         m = sig.compiled().search(text)
         if m:
@@ -252,6 +255,8 @@ def classify_line(
         node = node or nccl.group("host")
         gpu = gpu or nccl.group("dev")
         fields.setdefault("pid", nccl.group("pid"))
+    if label is not None:  # srun's task: the rank, unless srun started launchers (localise.launcher_tasks)
+        fields["task_label" if label[1] else "srun_label"] = str(label[0])
     if tee_local is not None and rank == tee_local:
         fields["tee_local"] = str(tee_local)  # the rank is torchrun's local one (see localise.enrich)
     if node is None:
