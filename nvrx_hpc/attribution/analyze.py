@@ -27,6 +27,7 @@ from nvrx_hpc.attribution.localise import (
     drop_recovered,
     enrich,
     name_victims,
+    traceback_ranks,
     node_of_file,
     sample_file,
 )
@@ -187,7 +188,7 @@ def analyze(
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
-    hits = name_victims(drop_recovered(enrich(align_years(hits, dated))))
+    hits = name_victims(drop_recovered(enrich(traceback_ranks(align_years(hits, dated)))))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     fr = analyze_files(files.fr_dumps, relative_to=files.root) if files.fr_dumps else None

@@ -47,9 +47,9 @@ _SRUN_WHERE = re.compile(r"srun: error: (?P<host>[A-Za-z0-9][\w.-]*): tasks? (?P
 _CGROUP_TASK = re.compile(r"/step_(?:\d+|batch|extern)/task_(?P<task>\d+)")
 _PID = re.compile(r"\bpid[=:] ?(\d+)|\(pid: (\d+)\)|\bPID (\d+)|Killed process (\d+)|\[\w+:(\d+)\]$|"
                   r"[\w.-]+\[(\d+)\]: (?:segfault|trap)")
-# A rank inside the line: torch's `[Rank 3]`, `rank 3:`, a logging format's field (`| rank 24 |`, `rank=24`;
-# not `node_rank=` or `local_rank=`).
-_INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank (\d{1,7})\b:|\[rank(\d{1,7})\]|"
+# A rank inside the line: torch's `[Rank 3]`, `rank 3:`, Lightning's `[rank: 3]`, a logging format's field
+# (`| rank 24 |`, `rank=24`; not `node_rank=` or `local_rank=`).
+_INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank:? (\d{1,7})\b[:\]]|\[rank(\d{1,7})\]|"
                           r"\|\s*rank\s+(\d{1,7})\s*\||(?<![\w-])(?:global_|world_)?rank=(\d{1,7})\b")
 _NCCL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 _NODE_WORD = re.compile(r"\bnode[:=] ?(?P<node>[A-Za-z][\w.-]*)")
