@@ -112,6 +112,8 @@ def _scan_logs(
     `addr_hosts` the hosts their lines pair with network addresses, `disks` their `df` rows."""
     hits: list[Hit] = []
     scanned = 0
+    # A directory a kernel log is named by (`node036/dmesg.txt`) is that host's: its other files are too.
+    host_dirs = {p.parent: p.parent.name for p in files.logs if node_of_file(p, files.root) == p.parent.name}
     for index, path in enumerate([*files.logs, *files.stacks], start=1):
         source = files.source(path)
         try:
@@ -120,7 +122,8 @@ def _scan_logs(
                 continue
             year = datetime.fromtimestamp(stat.st_mtime).year
             rank = rank_of(path)
-            ctx = LineContext(source, rank=rank, node=node_of_file(path, files.root), year=year, file_index=index)
+            ctx = LineContext(source, rank=rank, node=node_of_file(path, files.root) or host_dirs.get(path.parent),
+                              year=year, file_index=index)
             found = scanner.scan_file(path, ctx)
             sampled = sample_file(path)
             seen_ranks.update(sampled.ranks)

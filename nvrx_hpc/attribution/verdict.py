@@ -311,6 +311,13 @@ def decide(f: Findings) -> Verdict:
         category = Category.UNKNOWN
     if root.category is Category.GPU_HARDWARE and not ranks:
         ranks = sorted(_ranks_under_gpu(root, causes, rank_nodes))
+    if root.category is Category.GPU_HARDWARE and not ranks and len(set(root.nodes)) == 1:
+        # A GPU that faulted (fell off the bus, hung) silences its rank while the others time out: the
+        # silent ranks no source places on another node, one per faulted GPU (a whole node silent says
+        # nothing about which of its ranks had the GPU).
+        suspects, how = hang_suspects(f.hits, universe)
+        silent = [r for r in suspects if how == "silent" and rank_nodes.get(r, root.nodes[0]) == root.nodes[0]]
+        ranks = silent if len(silent) <= max(1, len({g for c in co for g in c.gpus})) else []
     # Teardown lines name their ranks in srun's task lists: all of the job's ranks ended alike.
     named = set(ranks) | {r for h in f.hits if root.kind == "log" and root.strength == 1
                           and h.signature == root.signature for r in ranks_of(h.fields.get("tasks", ""))}  # fmt: skip
