@@ -323,7 +323,9 @@ def decide(f: Findings) -> Verdict:
                           and h.signature == root.signature for r in ranks_of(h.fields.get("tasks", ""))}  # fmt: skip
     if root.kind == "log" and len(named) >= 2 and universe and named >= universe:
         ranks, nodes_from_co = [], False  # every rank failed the same way: the job's code or data, not one rank
-    if root.signature in _NODE_LOST and not ranks:
+    lost_too = root.category is Category.HOST and {n for c in causes if c.signature in _NODE_LOST for n in c.nodes}
+    if not ranks and (root.signature in _NODE_LOST or (lost_too and set(root.nodes) == lost_too)):
+        # The node was lost (a host fault that Slurm also reports as a node failure): all its ranks.
         ranks = _ranks_of_lost_node({n for c in co for n in c.nodes}, universe, rank_nodes)
     nodes = sorted(({n for c in co for n in c.nodes} if nodes_from_co else set())
                    | {rank_nodes[r] for r in ranks if r in rank_nodes})  # fmt: skip
