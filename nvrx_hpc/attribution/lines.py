@@ -25,7 +25,7 @@ MAX_TEXT = 400  # characters of a line kept in a hit
 _STAMP = r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
 LEAD_STAMP = _STAMP + r"\s+(?=\s*\d{1,7}: |\[rank\d|\[default\d|\[\d+,\d+\]<)"  # before a runner prefix
 _LEAD = re.compile("^" + _STAMP + r" (?![A-Za-z0-9][\w.-]* [\w./@-]+(?:\[\d+\])?: )")
-_SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): ")
+_SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): |^\[(\d{1,7})\]:(?=\[)")  # `12: `; `[1]:[default8]:` (a node index)
 _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
 _MPI_RANK = re.compile(r"^\[\d+,(\d{1,7})\]<(?:stdout|stderr|stddiag)>:\s?")  # mpirun --tag-output: `[1,3]<stderr>:`
@@ -103,7 +103,7 @@ def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None,
         line = line[m.end() :]
     m = _SRUN_LABEL.match(line) or _MPI_RANK.match(line)
     if m:
-        rank = label = int(m.group(1))
+        rank = label = int(m.group(1) or m.group(2) if m.re is _SRUN_LABEL else m.group(1))
         line = line[m.end() :]
     m = _HOST_PREFIX.match(line)
     if m:
@@ -113,6 +113,8 @@ def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None,
     if m:
         local = int(m.group(1))
         line = line[m.end() :]
+        if label is not None:  # a label outside torchrun's own prefix is its launcher's: the process is torchrun's
+            rank, torch = None, True
     m = _TORCH_RANK.match(line)
     if m:
         rank, torch = int(m.group(1)), True
