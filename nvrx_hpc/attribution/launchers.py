@@ -5,7 +5,8 @@ torchrun prints a failure box per failed rank (`time :`, `host :`, `rank : G (lo
 `failed (exitcode: C) local_rank: L (pid: P)` line names a local rank too. DeepSpeed's launcher prints
 which global ranks each host runs (`global_rank_mapping=...`) and, per host, which local process exited
 (`['--local_rank=3', ...] exits with return code = -11`). NCCL's `host:pid:tid` prefix and its
-`comm ... rank G nranks W` line tie a pid to a global rank. From these, `enrich` gives every hit the
+`comm ... rank G nranks W` line tie a pid to a global rank, and so does a `ps` listing (a worker's
+`--local-rank=L` under its torchrun's `--node_rank R --nproc_per_node P`). From these, `enrich` gives every hit the
 global rank and host the other lines say, and `name_victims` gives a kernel line that names only a pid
 (an OOM kill, a task blocked in the kernel, a segfault) the one rank a launcher saw die that way on
 that host. Pure functions over hits.
@@ -81,6 +82,19 @@ def _ds_mapping(hits: Sequence[Hit]) -> dict[str, list[int]]:
     return {}
 
 
+def _ps_ranks(hits: Sequence[Hit]) -> dict[str, int]:
+    """pid -> global rank from a `ps` listing: a worker's `--local-rank=L` under its parent torchrun's
+    `--node_rank R --nproc_per_node P` is rank R*P+L."""
+    nodes = {h.fields["lpid"]: (int(h.fields["node_rank"]), int(h.fields["nproc"]))
+             for h in hits if h.signature == "ps_launcher"}  # fmt: skip
+    out: dict[str, int] = {}
+    for h in hits:
+        if h.signature == "ps_worker" and h.fields.get("ppid") in nodes:
+            node_rank, nproc = nodes[h.fields["ppid"]]
+            out[h.fields["wpid"]] = node_rank * nproc + int(h.fields["wlocal"])
+    return out
+
+
 def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok: bool = True) -> dict[str, int]:
     """pid -> global rank. Global sources first (torchrun's box, a line that carries both a pid and its
     global rank, NCCL's world communicator); a local rank (`local_rank: 3 (pid: 2231)`) only for a pid
@@ -93,6 +107,7 @@ def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok
     for box in boxes.values():
         if box.pid:
             sure.setdefault(box.pid, box.rank)
+    sure.update(_ps_ranks(hits))
     for h in hits:
         pid = _pid(h)
         if not pid:
