@@ -27,9 +27,9 @@ from nvrx_hpc.attribution.localise import (
     drop_recovered,
     enrich,
     name_victims,
-    traceback_ranks,
     node_of_file,
     sample_file,
+    traceback_ranks,
 )
 from nvrx_hpc.attribution.resources import DiskRow
 from nvrx_hpc.attribution.scanner import Scanner

@@ -22,8 +22,8 @@ from nvrx_hpc.attribution.peers import sample_addresses
 from nvrx_hpc.attribution.resources import DiskRow, file_host, sample_disks
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
-__all__ = ["node_of_file", "traceback_ranks", "sample_file", "FileSample", "align_years", "enrich", "drop_recovered", "name_oom_victims",
-           "name_victims", "rank_nodes", "known_ranks", "hang_suspects"]
+__all__ = ["node_of_file", "traceback_ranks", "sample_file", "FileSample", "align_years", "enrich", "drop_recovered",
+           "name_oom_victims", "name_victims", "rank_nodes", "known_ranks", "hang_suspects"]
 
 _KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "messages")
 _EXTENSIONS = (".gz", ".log", ".txt", ".out", ".err")
