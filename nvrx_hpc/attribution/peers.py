@@ -35,8 +35,8 @@ _ADDRESS_LINES = (
         2,
     ),
     (re.compile(rb"Using IP address of (" + _IP + rb") for node (" + _HOST + rb")"), 2, 1),
-    (re.compile(rb"(?m)^[ \t]*(" + _IP + rb")[ \t]+(" + _HOST + rb")(?:[ \t]+[\w.-]+)*[ \t]*$"), 2, 1),
-    (re.compile(rb"(?m)^[ \t]*(" + _HOST + rb")[ \t]+(" + _IP + rb")[ \t]*$"), 1, 2),  # a `host  ip` table row
+    (re.compile(rb"(?m)^[ \t]*(" + _IP + rb")[ \t]+(" + _HOST + rb")(?:[ \t]+[\w.-]+)*[ \t\r]*$"), 2, 1),
+    (re.compile(rb"(?m)^[ \t]*(" + _HOST + rb")[ \t]+(" + _IP + rb")[ \t\r]*$"), 1, 2),  # a `host  ip` table row
     (re.compile(rb"\b(" + _HOST + rb") \((" + _IP + rb")\)"), 1, 2),
 )
 # The remote end a reporting line names, and its own end (to map addresses to the reporter's host).
