@@ -7,8 +7,8 @@ peer, that peer is the suspect. Addresses become hosts through whatever the logs
 line's own `localGid ::ffff:<ip>`, NCCL's `Bootstrap : Using eth0:<ip>` and `NET/IB : Using ... OOB
 ib0:<ip>` with its `host:pid:tid` prefix, DeepSpeed's `Using IP address of <ip> for node <host>`,
 hosts-file lines (`<ip>  <host>`), table rows the other way round (`<host>  <ip>`) and `<host> (<ip>)`.
-`sample_addresses` reads those from a file's
-sampled head and tail (regexes over whole byte blocks, no per-line Python work); `peer_suspect` decides.
+`sample_addresses` reads those from a file's sampled head and tail (regexes over whole byte blocks, no
+per-line Python work); `peer_suspect` decides.
 """
 
 from __future__ import annotations
