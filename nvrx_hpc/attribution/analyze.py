@@ -29,6 +29,7 @@ from nvrx_hpc.attribution.localise import (
     name_victims,
     node_of_file,
     sample_file,
+    traceback_ranks,
 )
 from nvrx_hpc.attribution.resources import DiskRow
 from nvrx_hpc.attribution.scanner import Scanner
@@ -111,6 +112,8 @@ def _scan_logs(
     `addr_hosts` the hosts their lines pair with network addresses, `disks` their `df` rows."""
     hits: list[Hit] = []
     scanned = 0
+    # A directory a kernel log is named by (`node036/dmesg.txt`) is that host's: its other files are too.
+    host_dirs = {p.parent: p.parent.name for p in files.logs if node_of_file(p, files.root) == p.parent.name}
     for index, path in enumerate([*files.logs, *files.stacks], start=1):
         source = files.source(path)
         try:
@@ -119,7 +122,8 @@ def _scan_logs(
                 continue
             year = datetime.fromtimestamp(stat.st_mtime).year
             rank = rank_of(path)
-            ctx = LineContext(source, rank=rank, node=node_of_file(path, files.root), year=year, file_index=index)
+            ctx = LineContext(source, rank=rank, node=node_of_file(path, files.root) or host_dirs.get(path.parent),
+                              year=year, file_index=index)
             found = scanner.scan_file(path, ctx)
             sampled = sample_file(path)
             seen_ranks.update(sampled.ranks)
@@ -187,7 +191,7 @@ def analyze(
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
-    hits = name_victims(drop_recovered(enrich(align_years(hits, dated))))
+    hits = name_victims(drop_recovered(enrich(traceback_ranks(align_years(hits, dated)))))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     fr = analyze_files(files.fr_dumps, relative_to=files.root) if files.fr_dumps else None

@@ -5,7 +5,8 @@ torchrun prints a failure box per failed rank (`time :`, `host :`, `rank : G (lo
 `failed (exitcode: C) local_rank: L (pid: P)` line names a local rank too. DeepSpeed's launcher prints
 which global ranks each host runs (`global_rank_mapping=...`) and, per host, which local process exited
 (`['--local_rank=3', ...] exits with return code = -11`). NCCL's `host:pid:tid` prefix and its
-`comm ... rank G nranks W` line tie a pid to a global rank. From these, `enrich` gives every hit the
+`comm ... rank G nranks W` line tie a pid to a global rank, and so does a `ps` listing (a worker's
+`--local-rank=L` under its torchrun's `--node_rank R --nproc_per_node P`). From these, `enrich` gives every hit the
 global rank and host the other lines say, and `name_victims` gives a kernel line that names only a pid
 (an OOM kill, a task blocked in the kernel, a segfault) the one rank a launcher saw die that way on
 that host. Pure functions over hits.
@@ -81,10 +82,24 @@ def _ds_mapping(hits: Sequence[Hit]) -> dict[str, list[int]]:
     return {}
 
 
-def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box]) -> dict[str, int]:
+def _ps_ranks(hits: Sequence[Hit]) -> dict[str, int]:
+    """pid -> global rank from a `ps` listing: a worker's `--local-rank=L` under its parent torchrun's
+    `--node_rank R --nproc_per_node P` is rank R*P+L."""
+    nodes = {h.fields["lpid"]: (int(h.fields["node_rank"]), int(h.fields["nproc"]))
+             for h in hits if h.signature == "ps_launcher"}  # fmt: skip
+    out: dict[str, int] = {}
+    for h in hits:
+        if h.signature == "ps_worker" and h.fields.get("ppid") in nodes:
+            node_rank, nproc = nodes[h.fields["ppid"]]
+            out[h.fields["wpid"]] = node_rank * nproc + int(h.fields["wlocal"])
+    return out
+
+
+def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok: bool = True) -> dict[str, int]:
     """pid -> global rank. Global sources first (torchrun's box, a line that carries both a pid and its
     global rank, NCCL's world communicator); a local rank (`local_rank: 3 (pid: 2231)`) only for a pid
-    no global source names."""
+    no global source names, and not when srun started one launcher per node (several nodes: a local
+    rank is not the rank)."""
     world = max((int(h.fields["world"]) for h in hits if h.signature == "nccl_comm_init"
                  and h.fields.get("world", "").isdigit()), default=0)  # fmt: skip
     sure: dict[str, int] = {}
@@ -92,6 +107,7 @@ def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box]) -> dict[
     for box in boxes.values():
         if box.pid:
             sure.setdefault(box.pid, box.rank)
+    sure.update(_ps_ranks(hits))
     for h in hits:
         pid = _pid(h)
         if not pid:
@@ -100,9 +116,39 @@ def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box]) -> dict[
             continue  # a sub-communicator: its rank is not the global one
         if h.rank is not None and "tee_local" not in h.fields:
             sure.setdefault(pid, h.rank)
-        elif h.rank is not None or h.fields.get("local_rank", "").isdigit():
+        elif local_ok and (h.rank is not None or h.fields.get("local_rank", "").isdigit()):
             local.setdefault(pid, h.rank if h.rank is not None else int(h.fields["local_rank"]))
     return {**local, **sure}
+
+
+def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
+    """When srun started one launcher per node (a line's srun label differs from torch's own `[rankN]:`
+    beside it: `2: [rank21]:`), srun's task numbers are the launchers, not ranks: a line that only srun
+    labels names no rank, `srun: error: host: task 2` names the host of task 2, and the ranks torch
+    prints under label 2 run on that host. Returns the hits so corrected, and whether srun started
+    launchers."""
+    if not any("task_label" in h.fields and h.fields["task_label"] != str(h.rank) for h in hits):
+        return list(hits), False
+    task_host: dict[str, str] = {}
+    for h in hits:
+        tasks = h.fields.get("tasks", "")
+        if h.signature == "srun_task_exit" and h.node:
+            for t in ranks_of(tasks):
+                task_host.setdefault(str(t), h.node)
+    out = []
+    for h in hits:
+        rank, node, fields = h.rank, h.node, h.fields
+        label = fields.get("task_label") or fields.get("srun_label")
+        if "srun_label" in fields and rank is not None and str(rank) == fields["srun_label"]:
+            rank = None
+        if "tasks" in fields:
+            fields = {k: v for k, v in fields.items() if k != "tasks"} | {"launcher_tasks": fields["tasks"]}
+            rank = None if h.rank is not None and fields["launcher_tasks"] == str(h.rank) else rank
+        node = node or (task_host.get(label) if label else None)
+        if (rank, node, fields) != (h.rank, h.node, h.fields):
+            h = dataclasses.replace(h, rank=rank, node=node, fields=fields)
+        out.append(h)
+    return out, True
 
 
 def enrich(hits: Sequence[Hit]) -> list[Hit]:
@@ -110,8 +156,9 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
     elsewhere, torchrun's failure box (its host, time and pid for its rank; its local rank for the lines
     `[defaultL]:` tags in the same file), DeepSpeed's rank mapping for its launcher's exit lines, and, in
     a file whose box names one failed rank, that rank for the file's lines that name none."""
+    hits, launchers = _launcher_tasks(hits)
     boxes = _boxes(hits)
-    pid_rank = _pid_ranks(hits, boxes)
+    pid_rank = _pid_ranks(hits, boxes, local_ok=not launchers)
     mapping = _ds_mapping(hits)
     in_box: dict[str, set[int]] = defaultdict(set)
     local_global: dict[tuple[str, int], set[int]] = defaultdict(set)
@@ -136,7 +183,7 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
         if rank is None:
             pid = _pid(h)
             rank = pid_rank.get(pid) if pid else None
-        if rank is None and h.signature == "elastic_child_failed":
+        if rank is None and h.signature == "elastic_child_failed" and not launchers:
             rank = _int(h.fields.get("local_rank"))
         if rank is None and len(in_box.get(h.source, ())) == 1:
             rank = next(iter(in_box[h.source]))

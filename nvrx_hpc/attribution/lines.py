@@ -25,7 +25,7 @@ MAX_TEXT = 400  # characters of a line kept in a hit
 _STAMP = r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
 LEAD_STAMP = _STAMP + r"\s+(?=\s*\d{1,7}: |\[rank\d|\[default\d|\[\d+,\d+\]<)"  # before a runner prefix
 _LEAD = re.compile("^" + _STAMP + r" (?![A-Za-z0-9][\w.-]* [\w./@-]+(?:\[\d+\])?: )")
-_SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): ")
+_SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): |^\[(\d{1,7})\]:(?=\[)")  # `12: `; `[1]:[default8]:` (a node index)
 _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
 _MPI_RANK = re.compile(r"^\[\d+,(\d{1,7})\]<(?:stdout|stderr|stddiag)>:\s?")  # mpirun --tag-output: `[1,3]<stderr>:`
@@ -47,9 +47,9 @@ _SRUN_WHERE = re.compile(r"srun: error: (?P<host>[A-Za-z0-9][\w.-]*): tasks? (?P
 _CGROUP_TASK = re.compile(r"/step_(?:\d+|batch|extern)/task_(?P<task>\d+)")
 _PID = re.compile(r"\bpid[=:] ?(\d+)|\(pid: (\d+)\)|\bPID (\d+)|Killed process (\d+)|\[\w+:(\d+)\]$|"
                   r"[\w.-]+\[(\d+)\]: (?:segfault|trap)")
-# A rank inside the line: torch's `[Rank 3]`, `rank 3:`, a logging format's field (`| rank 24 |`, `rank=24`;
-# not `node_rank=` or `local_rank=`).
-_INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank (\d{1,7})\b:|\[rank(\d{1,7})\]|"
+# A rank inside the line: torch's `[Rank 3]`, `rank 3:`, Lightning's `[rank: 3]`, a logging format's field
+# (`| rank 24 |`, `rank=24`; not `node_rank=` or `local_rank=`).
+_INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank:? (\d{1,7})\b[:\]]|\[rank(\d{1,7})\]|"
                           r"\|\s*rank\s+(\d{1,7})\s*\||(?<![\w-])(?:global_|world_)?rank=(\d{1,7})\b")
 _NCCL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 _NODE_WORD = re.compile(r"\bnode[:=] ?(?P<node>[A-Za-z][\w.-]*)")
@@ -85,22 +85,25 @@ def split_prefix(line: str) -> tuple[int | None, str]:
 def split_prefixes(line: str) -> tuple[int | None, str | None, str]:
     """Strip the runner prefixes a line may carry, outermost first: srun `--label` (`12: `) or mpirun's
     `[1,12]<stderr>:`, a pdsh host (`node-b7: `), torchrun's `[default3]:`, torch's `[rank12]:`.
-    Returns (rank, host, the rest). srun's and mpirun's labels are global ranks and win; torchrun's
-    `[default3]` is the local rank on its node: it stands in for the rank only when no global one is
-    given (`[default6]:[rank14]:` is rank 14)."""
-    rank, node, rest, _local = _split_prefixes(line)
+    Returns (rank, host, the rest). torch's `[rank12]:` is the process's own global rank and wins; srun's
+    and mpirun's labels are the task, the rank when each task is one rank (`2: [rank21]:` is rank 21: srun
+    started one torchrun per node); torchrun's `[default3]` is the local rank on its node: it stands in for
+    the rank only when no global one is given (`[default6]:[rank14]:` is rank 14)."""
+    rank, node, rest, _local, _label = _split_prefixes(line)
     return rank, node, rest
 
 
-def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None]:
-    """`split_prefixes` plus the local rank when the rank is only torchrun's `[defaultN]`."""
-    rank = node = local = None
+def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None, tuple[int, bool] | None]:
+    """`split_prefixes` plus the local rank when the rank is only torchrun's `[defaultN]`, and srun's or
+    mpirun's label with whether torch's own rank prefix stood beside it."""
+    rank = node = local = label = None
+    torch = False
     m = _LEAD.match(line)
     if m:
         line = line[m.end() :]
     m = _SRUN_LABEL.match(line) or _MPI_RANK.match(line)
     if m:
-        rank = int(m.group(1))
+        rank = label = int(m.group(1) or m.group(2) if m.re is _SRUN_LABEL else m.group(1))
         line = line[m.end() :]
     m = _HOST_PREFIX.match(line)
     if m:
@@ -110,13 +113,16 @@ def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None]
     if m:
         local = int(m.group(1))
         line = line[m.end() :]
+        if label is not None:  # a label outside torchrun's own prefix is its launcher's: the process is torchrun's
+            rank, torch = None, True
     m = _TORCH_RANK.match(line)
     if m:
-        rank = int(m.group(1)) if rank is None else rank
+        rank, torch = int(m.group(1)), True
         line = line[m.end() :]
+    labelled = (label, torch) if label is not None else None
     if rank is None and local is not None:
-        return local, node, line, local
-    return rank, node, line, None
+        return local, node, line, local, labelled
+    return rank, node, line, None, labelled
 
 
 def read_header(text: str, year: int | None) -> tuple[float | None, str, str | None, str | None]:
@@ -202,7 +208,7 @@ def classify_line(
     raw: str, line_no: int, ctx: LineContext, catalog: tuple[Signature, ...] = CATALOG
 ) -> Hit | None:
     """The hit for one line (1-based `line_no`), or None when no signature matches it."""
-    prefix_rank, prefix_node, text, tee_local = _split_prefixes(raw.rstrip("\r\n"))
+    prefix_rank, prefix_node, text, tee_local, label = _split_prefixes(raw.rstrip("\r\n"))
     for sig in catalog:
         m = sig.compiled().search(text)
         if m:
@@ -251,6 +257,8 @@ def classify_line(
         node = node or nccl.group("host")
         gpu = gpu or nccl.group("dev")
         fields.setdefault("pid", nccl.group("pid"))
+    if label is not None:  # srun's task: the rank, unless srun started launchers (localise.launcher_tasks)
+        fields["task_label" if label[1] else "srun_label"] = str(label[0])
     if tee_local is not None and rank == tee_local:
         fields["tee_local"] = str(tee_local)  # the rank is torchrun's local one (see localise.enrich)
     if node is None:

@@ -22,8 +22,8 @@ from nvrx_hpc.attribution.peers import sample_addresses
 from nvrx_hpc.attribution.resources import DiskRow, file_host, sample_disks
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
-__all__ = ["node_of_file", "sample_file", "FileSample", "align_years", "enrich", "drop_recovered", "name_oom_victims",
-           "name_victims", "rank_nodes", "known_ranks", "hang_suspects"]
+__all__ = ["node_of_file", "traceback_ranks", "sample_file", "FileSample", "align_years", "enrich", "drop_recovered",
+           "name_oom_victims", "name_victims", "rank_nodes", "known_ranks", "hang_suspects"]
 
 _KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "messages")
 _EXTENSIONS = (".gz", ".log", ".txt", ".out", ".err")
@@ -174,6 +174,23 @@ def align_years(hits: Sequence[Hit], anchors: Iterable[float]) -> list[Hit]:
                     best = t
             h = dataclasses.replace(h, time=best)
         out.append(h)
+    return out
+
+
+def traceback_ranks(hits: Sequence[Hit], reach: int = 60) -> list[Hit]:
+    """A traceback's header names its rank (`[rank: 3] Traceback ...`), its lines often do not: an error
+    line with no rank takes the rank of the nearest `Traceback` header above it in the same file (within
+    `reach` lines)."""
+    last: dict[str, tuple[int, int | None]] = {}
+    out = list(hits)
+    for i in sorted(range(len(out)), key=lambda i: (out[i].source, out[i].line)):
+        h = out[i]
+        if h.signature == "traceback_start":
+            last[h.source] = (h.line, h.rank)
+        elif h.rank is None and h.source in last:
+            line, rank = last[h.source]
+            if rank is not None and 0 < h.line - line <= reach:
+                out[i] = dataclasses.replace(h, rank=rank)
     return out
 
 

@@ -6,8 +6,9 @@ from 10.0.0.5<5521>`, `Peer host id: i-07f3`). When several hosts report and mos
 peer, that peer is the suspect. Addresses become hosts through whatever the logs give: each reporting
 line's own `localGid ::ffff:<ip>`, NCCL's `Bootstrap : Using eth0:<ip>` and `NET/IB : Using ... OOB
 ib0:<ip>` with its `host:pid:tid` prefix, DeepSpeed's `Using IP address of <ip> for node <host>`,
-hosts-file lines (`<ip>  <host>`) and `<host> (<ip>)`. `sample_addresses` reads those from a file's
-sampled head and tail (regexes over whole byte blocks, no per-line Python work); `peer_suspect` decides.
+hosts-file lines (`<ip>  <host>`), table rows the other way round (`<host>  <ip>`) and `<host> (<ip>)`.
+`sample_addresses` reads those from a file's sampled head and tail (regexes over whole byte blocks, no
+per-line Python work); `peer_suspect` decides.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ _ADDRESS_LINES = (
         2,
     ),
     (re.compile(rb"Using IP address of (" + _IP + rb") for node (" + _HOST + rb")"), 2, 1),
-    (re.compile(rb"(?m)^[ \t]*(" + _IP + rb")[ \t]+(" + _HOST + rb")(?:[ \t]+[\w.-]+)*[ \t]*$"), 2, 1),
+    (re.compile(rb"(?m)^[ \t]*(" + _IP + rb")[ \t]+(" + _HOST + rb")(?:[ \t]+[\w.-]+)*[ \t\r]*$"), 2, 1),
+    (re.compile(rb"(?m)^[ \t]*(" + _HOST + rb")[ \t]+(" + _IP + rb")[ \t\r]*$"), 1, 2),  # a `host  ip` table row
     (re.compile(rb"\b(" + _HOST + rb") \((" + _IP + rb")\)"), 1, 2),
 )
 # The remote end a reporting line names, and its own end (to map addresses to the reporter's host).

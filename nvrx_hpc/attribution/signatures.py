@@ -410,6 +410,18 @@ CATALOG: tuple[Signature, ...] = (
         "Ray Train worker of rank {rank}",
         ("(TorchTrainer pid=93, ip=10.0.0.1) - (node_id=9c1e, ip=10.0.0.2, pid=18870) world_rank=4, local_rank=0",),
     ),
+    Signature(  # a `ps` row of a torchrun worker: pid, parent pid, its local rank (launchers.py makes it global)
+        "ps_worker", _F, _CTX, r"^\s*(?P<wpid>\d+)\s+(?P<ppid>\d+)\s.*--local[-_]rank[= ](?P<wlocal>\d+)",
+        ("--local-rank", "--local_rank"), None, "a worker process of local rank {wlocal}",
+        ("1188204 1188190 Dl   cl_sync_io_wait      /p/venv/bin/python -u train.py --local-rank=6",),
+    ),
+    Signature(  # a `ps` row of torchrun itself: which node it is and how many workers it runs
+        "ps_launcher", _F, _CTX,
+        r"^\s*(?P<lpid>\d+)\s+\d+\s(?=.*--nproc[-_]per[-_]node[= ](?P<nproc>\d+))"
+        r"(?=.*--node[-_]rank[= ](?P<node_rank>\d+)).*torchrun",
+        ("--node_rank", "--node-rank"), None, "torchrun of node rank {node_rank}",
+        ("1188190 1188101 Sl do_wait /p/venv/bin/torchrun --nnodes 2 --nproc_per_node 8 --node_rank 1 train.py",),
+    ),
     Signature(
         "elastic_box_rank", _F, _CTX, r"^\s+rank\s+: (?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)",
         ("(local_rank:",), None, "torchrun failure of rank", ("  rank      : 6 (local_rank: 6)",),

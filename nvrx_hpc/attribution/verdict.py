@@ -311,12 +311,21 @@ def decide(f: Findings) -> Verdict:
         category = Category.UNKNOWN
     if root.category is Category.GPU_HARDWARE and not ranks:
         ranks = sorted(_ranks_under_gpu(root, causes, rank_nodes))
+    if root.category is Category.GPU_HARDWARE and not ranks and len(set(root.nodes)) == 1:
+        # A GPU that faulted (fell off the bus, hung) silences its rank while the others time out: the
+        # silent ranks no source places on another node, one per faulted GPU (a whole node silent says
+        # nothing about which of its ranks had the GPU).
+        suspects, how = hang_suspects(f.hits, universe)
+        silent = [r for r in suspects if how == "silent" and rank_nodes.get(r, root.nodes[0]) == root.nodes[0]]
+        ranks = silent if len(silent) <= max(1, len({g for c in co for g in c.gpus})) else []
     # Teardown lines name their ranks in srun's task lists: all of the job's ranks ended alike.
     named = set(ranks) | {r for h in f.hits if root.kind == "log" and root.strength == 1
                           and h.signature == root.signature for r in ranks_of(h.fields.get("tasks", ""))}  # fmt: skip
     if root.kind == "log" and len(named) >= 2 and universe and named >= universe:
         ranks, nodes_from_co = [], False  # every rank failed the same way: the job's code or data, not one rank
-    if root.signature in _NODE_LOST and not ranks:
+    lost_too = root.category is Category.HOST and {n for c in causes if c.signature in _NODE_LOST for n in c.nodes}
+    if not ranks and (root.signature in _NODE_LOST or (lost_too and set(root.nodes) == lost_too)):
+        # The node was lost (a host fault that Slurm also reports as a node failure): all its ranks.
         ranks = _ranks_of_lost_node({n for c in co for n in c.nodes}, universe, rank_nodes)
     nodes = sorted(({n for c in co for n in c.nodes} if nodes_from_co else set())
                    | {rank_nodes[r] for r in ranks if r in rank_nodes})  # fmt: skip
@@ -344,6 +353,7 @@ def decide(f: Findings) -> Verdict:
         ranks, nodes, gpus = [], [], []  # NaN on several nodes: the run diverged, no one GPU did it
     if category is Category.SCHEDULER:
         nodes, ranks, gpus = [], [], []  # a time limit or a cancel is the job's, not a node's
+    nodes, gpus = _short_hosts(nodes), _short_hosts(gpus)
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
     if category in (Category.APPLICATION, Category.NUMERICAL):
         restartable = False  # the workload's own failure comes back on any node
@@ -389,6 +399,24 @@ def decide(f: Findings) -> Verdict:
         exclude_nodes=exclude,
         signature=root.signature,
     )
+
+
+def _short_host(name: str) -> str:
+    """`vg-h100-0b.cluster.internal` -> `vg-h100-0b`: one host shows up as its FQDN in one log and its short
+    name in another; the short name is the one Slurm knows (and excludes). Addresses stay whole."""
+    head, dot, _rest = name.partition(".")
+    return head if dot and head[:1].isalpha() else name
+
+
+def _short_hosts(names: Sequence[str]) -> list[str]:
+    """Host names (or `host:gpu`) in their short form, each once, in order."""
+    out: list[str] = []
+    for n in names:
+        host, colon, rest = n.partition(":")
+        short = _short_host(host) + colon + rest
+        if short not in out:
+            out.append(short)
+    return out
 
 
 def _ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: dict[int, str]) -> list[int]:
