@@ -4,6 +4,7 @@
     dcp.load(state, storage_reader=DcpReader("/dev/shm/nvrx/{domain}"))  # newest committed version
     dcp_drain(["/dev/shm/nvrx/node1"], "/lustre/run/dcp")               # then plain DCP reads
     dcp.load(state, checkpoint_id="/lustre/run/dcp/latest")              # (FileSystemReader)
+    future = async_save(state, storage_writer=DcpWriter(...), checkpoint_id="step-200")  # nvrx_hpc.ckpt.dcp's
 
 A domain root holds `.tmp-<version>/` while a save is written, then `<version>/` (torch's own `.distcp` files
 and `.metadata`, plus `.nvrx-commit.json`) and a symlink `latest -> <version>`. Every rank writes its files
@@ -35,13 +36,14 @@ from torch.futures import Future
 
 from nvrx_hpc.ckpt import dcp_stage
 from nvrx_hpc.ckpt.api import Scheme
+from nvrx_hpc.ckpt.dcp_async import async_save  # the kept-thread async save (no per-call executor)
 from nvrx_hpc.ckpt.drain import copy_file
 from nvrx_hpc.ckpt.fsutil import fsync_dir, remove_quietly, remove_tree, write_atomic
 from nvrx_hpc.ckpt.layout import Layout
 from nvrx_hpc.ckpt.settings import default_failure_domain
 from nvrx_hpc.core.errors import CheckpointError
 
-__all__ = ["DcpWriter", "DcpReader", "dcp_drain", "committed_versions", "LATEST"]
+__all__ = ["DcpWriter", "DcpReader", "dcp_drain", "committed_versions", "async_save", "LATEST"]
 
 log = logging.getLogger(__name__)
 
