@@ -27,10 +27,11 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
-from torch.distributed.checkpoint.state_dict_saver import _stateful_to_state_dict
+from torch.distributed.checkpoint.stateful import Stateful
 
 from nvrx_hpc.ckpt import dcp_stage
 from nvrx_hpc.core.errors import CheckpointError
@@ -85,8 +86,6 @@ def _get_worker() -> _Worker:
 def save_group() -> Any:
     """The saves' gloo group: made collectively by every rank's first call, again after the default group
     was replaced (a restart). Its collectives time out like the default group's (ckpt.transport)."""
-    import torch
-
     from nvrx_hpc.ckpt.transport import _world_timeout
 
     global _group
@@ -116,7 +115,10 @@ def async_save(state_dict: dict[str, Any], *, storage_writer: Any, checkpoint_id
     distributed = not no_dist and dist.is_available() and dist.is_initialized()
     if distributed and process_group is None:
         process_group = save_group()
-    state_dict = _stateful_to_state_dict(state_dict)
+    # as torch's _stateful_to_state_dict, without its logging wrapper per key (0.16 ms for 8 keys here); a
+    # tensor is never Stateful, and the Protocol check costs 5 us a value
+    state_dict = {k: v if isinstance(v, torch.Tensor) or not isinstance(v, Stateful) else v.state_dict()
+                  for k, v in state_dict.items()}
     staged = _host_copy(state_dict, storage_writer)
     future: Future = Future()
     _get_worker().jobs.put((future, staged, {
