@@ -10,10 +10,13 @@ launched by mpirun or srun. Ratios (goal in brackets):
   torch_save_vs_save  torch.save to the same dir / save() blocking time                       [>= 10]
   torch_save_vs_copy  torch.save / the bare copy: the most torch_save_vs_save can be here     [info]
   save_vs_dcp_async   save() blocking time / DCP async_save blocking time                     [<= 0.5]
-  dcp_adapter_vs_copy DCP async_save through nvrx_hpc.ckpt.DcpWriter, blocking part / a bare copy
-                      timed in the same rounds (below)                                          [<= 1.2]
+  dcp_adapter_vs_copy a DCP save through the adapter (nvrx_hpc.ckpt.dcp.async_save with a DcpWriter: staged
+                      in the caller, saved by one kept thread), blocking part / a bare copy timed in the same
+                      rounds (below)                                                            [<= 1.2]
   dcp_adapter_vs_copy_cpu  the same in the calling thread's CPU time (every rank and round's median;
                       other work on the host does not stretch it)                                [info]
+  dcp_torch_async_vs_copy  torch's dcp.async_save(state, storage_writer=DcpWriter(...)) (a thread per call),
+                      blocking part / the same bare copy                                         [info]
   write_vs_raw        background shard write throughput / raw sequential write + fsync        [>= 0.85]
   repl_vs_send        partner replication between two ranks (others idle) / raw mpi4py Sendrecv
                       between the same two ranks, both ways at once (the same traffic)        [>= 0.70]
@@ -22,20 +25,22 @@ launched by mpirun or srun. Ratios (goal in brackets):
   restore_lost_vs_local  load() with one node's burst buffer wiped / load() with all local    [<= 1.5]
 Times are the slowest rank's; medians over --iters, after warm-up saves (in a VM the first touch of memory
 that tmpfs has never used costs several times a steady-state write).
-dcp_adapter_vs_copy times max(5, --iters) rounds after one that sets up the adapter's host copy. Each round,
-on every rank: (1) a bare copy of the state (Tensor.copy_ per tensor) into host memory allocated and filled
-in round 0, then (2) the whole `dcp.async_save(state, storage_writer=DcpWriter(...), checkpoint_id=...)` call
-until it returns: what a training loop waits for before its next step (torch's bookkeeping, the copy into the
-adapter's kept host copy, the start of DCP's save thread); the write, partner copies and commit that follow are
-untimed, and finished on every rank (future.result(), wait_committed) before the next round. (1) and (2) each
-start at a gloo barrier, with no save in flight; the harness waits in gloo, which sleeps, not MPI, which spins
-and would take an oversubscribed host's cores from the ranks being timed. Each side: the slowest rank's time per
-round, median over the rounds. The other figures use MPI barriers and reductions (`bare_copy_s` there includes
+dcp_adapter_vs_copy times max(5, --iters) rounds after one that sets up the adapter's host copy, its kept
+thread and that thread's gloo group. Each round, on every rank: (1) a bare copy of the state (Tensor.copy_ per
+tensor) into host memory allocated and filled in round 0, then (2) the whole
+`nvrx_hpc.ckpt.dcp.async_save(state, storage_writer=DcpWriter(...), checkpoint_id=...)` call until it returns:
+what a training loop waits for before its next step (the copy into the adapter's kept host copy, queueing it
+for the kept thread), then (3) the same with torch's `dcp.async_save` (its bookkeeping, the copy, the start of
+a new save thread). The write, partner copies and commit that follow (2) and (3) are untimed, and finished on
+every rank (future.result(), wait_committed) before the next step. Each step starts at a gloo barrier with no
+save in flight; the harness waits in gloo, which sleeps, not MPI, which spins and would take an
+oversubscribed host's cores from the ranks being timed. Each side: the slowest rank's time per round, median
+over the rounds. The other figures use MPI barriers and reductions (`bare_copy_s` there includes
 the spinning neighbours).
 dcp_adapter_vs_copy on the 2-core dev VM shared with other sessions (docs/checkpoint.md, DCP section; medians
-of 5 runs, load average 4.5-7.8 unless said): 1.57 with `--size-mib 64 --iters 3` (4 ranks; 1.44 at load 10-15;
-dcp_adapter_vs_copy_cpu 1.15), 1.11 with `--ranks 2` as well (cpu 1.17), 0.89 with `--size-mib 256 --iters 3`
-(load 2-16; cpu 1.01).
+of 5 runs): 1.19 with `--size-mib 64 --iters 3` (4 ranks, load 14-18; 1.26 at load 5-6; cpu 1.08-1.10; torch's
+dcp.async_save in the same rounds 2.21 and 1.40), 1.02 with `--ranks 2` as well (load 15-16; torch's 1.23),
+1.01 with `--size-mib 256 --iters 3` (load 7-17; torch's 1.19).
 """
 
 from __future__ import annotations
