@@ -209,7 +209,13 @@ class DcpWriter(FileSystemWriter):
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         super().set_up_storage_writer(is_coordinator, *args, **kwargs)
-        self._settle_committer()  # the previous save is over on every rank: its commit key is set or never will be
+        # the previous save is over on every rank: its commit key is set or never will be. Its committer may be
+        # another writer's (a writer per save), and its sweep would remove this save's staging directory
+        with _pending_lock:
+            previous = _pending.pop(self.root, None)
+        if previous is not None and previous is not self:
+            previous._settle_committer()
+        self._settle_committer()
         self._world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         if self.rank is None:
             self.rank = dist.get_rank() if self._world > 1 else 0
@@ -264,6 +270,8 @@ class DcpWriter(FileSystemWriter):
             self._committer = threading.Thread(target=self._await_commit, name="nvrx-dcp-commit", daemon=True,
                                                args=(info, len(layout.domain_order) - 1))
             self._committer.start()
+            with _pending_lock:
+                _pending[self.root] = self
         fut: Future = Future()
         fut.set_result(results)
         return fut
@@ -341,6 +349,8 @@ class DcpWriter(FileSystemWriter):
             raise CheckpointError(f"commit on {self.root} failed: {error}", hint="check the burst buffer") from error
 
 
+_pending: dict[Path, DcpWriter] = {}  # per domain root: the writer whose committer may still run
+_pending_lock = threading.Lock()
 _shared: tuple[Any, Any] = (None, None)  # (the default process group, the TorchTransport made on it)
 _shared_lock = threading.Lock()
 

@@ -119,3 +119,26 @@ def test_kill_during_kept_thread_saves_leaves_latest_loadable(tmp_path):
             previous[d] = now
     print(f"{KILL_TRIALS} kill trials: latest moved {moved} times")
     assert moved > 0, "no save ever committed: the kill window is too short for this machine"
+
+
+class _Counter:  # a Stateful: saved as its state_dict(), as torch's async_save does
+    def __init__(self, n: int) -> None:
+        self.n = torch.tensor([n])
+
+    def state_dict(self) -> dict:
+        return {"n": self.n}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.n = sd["n"]
+
+
+def save_and_load_stateful(rank: int, world: int, root: str) -> None:
+    writer = DcpWriter(root + "/{domain}", failure_domain="a")
+    async_save({"c": _Counter(7), "w": torch.ones(3)}, storage_writer=writer, checkpoint_id="s1").result()
+    state = {"c": _Counter(0), "w": torch.zeros(3)}
+    dcp.load(state, checkpoint_id=root + "/a/" + LATEST)
+    assert state["c"].n.item() == 7 and torch.equal(state["w"], torch.ones(3))
+
+
+def test_a_stateful_value_is_saved_as_its_state_dict(tmp_path):
+    base.run(save_and_load_stateful, 1, str(tmp_path))  # in a child: pytest's process never starts the thread
