@@ -10,10 +10,13 @@ launched by mpirun or srun. Ratios (goal in brackets):
   torch_save_vs_save  torch.save to the same dir / save() blocking time                       [>= 10]
   torch_save_vs_copy  torch.save / the bare copy: the most torch_save_vs_save can be here     [info]
   save_vs_dcp_async   save() blocking time / DCP async_save blocking time                     [<= 0.5]
-  dcp_adapter_vs_copy DCP async_save through nvrx_hpc.ckpt.DcpWriter, blocking part / a bare copy
-                      timed in the same rounds (below)                                          [<= 1.2]
+  dcp_adapter_vs_copy a DCP save through the adapter (nvrx_hpc.ckpt.dcp.async_save with a DcpWriter: staged
+                      in the caller, saved by one kept thread), blocking part / a bare copy timed in the same
+                      rounds (below)                                                            [<= 1.2]
   dcp_adapter_vs_copy_cpu  the same in the calling thread's CPU time (every rank and round's median;
                       other work on the host does not stretch it)                                [info]
+  dcp_torch_async_vs_copy  torch's dcp.async_save(state, storage_writer=DcpWriter(...)) (a thread per call),
+                      blocking part / the same bare copy                                         [info]
   write_vs_raw        background shard write throughput / raw sequential write + fsync        [>= 0.85]
   repl_vs_send        partner replication between two ranks (others idle) / raw mpi4py Sendrecv
                       between the same two ranks, both ways at once (the same traffic)        [>= 0.70]
@@ -22,20 +25,22 @@ launched by mpirun or srun. Ratios (goal in brackets):
   restore_lost_vs_local  load() with one node's burst buffer wiped / load() with all local    [<= 1.5]
 Times are the slowest rank's; medians over --iters, after warm-up saves (in a VM the first touch of memory
 that tmpfs has never used costs several times a steady-state write).
-dcp_adapter_vs_copy times max(5, --iters) rounds after one that sets up the adapter's host copy. Each round,
-on every rank: (1) a bare copy of the state (Tensor.copy_ per tensor) into host memory allocated and filled
-in round 0, then (2) the whole `dcp.async_save(state, storage_writer=DcpWriter(...), checkpoint_id=...)` call
-until it returns: what a training loop waits for before its next step (torch's bookkeeping, the copy into the
-adapter's kept host copy, the start of DCP's save thread); the write, partner copies and commit that follow are
-untimed, and finished on every rank (future.result(), wait_committed) before the next round. (1) and (2) each
-start at a gloo barrier, with no save in flight; the harness waits in gloo, which sleeps, not MPI, which spins
-and would take an oversubscribed host's cores from the ranks being timed. Each side: the slowest rank's time per
-round, median over the rounds. The other figures use MPI barriers and reductions (`bare_copy_s` there includes
+dcp_adapter_vs_copy times max(5, --iters) rounds after one that sets up the adapter's host copy, its kept
+thread and that thread's gloo group. Each round, on every rank: (1) a bare copy of the state (Tensor.copy_ per
+tensor) into host memory allocated and filled in round 0, then (2) the whole
+`nvrx_hpc.ckpt.dcp.async_save(state, storage_writer=DcpWriter(...), checkpoint_id=...)` call until it returns:
+what a training loop waits for before its next step (the copy into the adapter's kept host copy, queueing it
+for the kept thread), then (3) the same with torch's `dcp.async_save` (its bookkeeping, the copy, the start of
+a new save thread). The write, partner copies and commit that follow (2) and (3) are untimed, and finished on
+every rank (future.result(), wait_committed) before the next step. Each step starts at a gloo barrier with no
+save in flight; the harness waits in gloo, which sleeps, not MPI, which spins and would take an
+oversubscribed host's cores from the ranks being timed. Each side: the slowest rank's time per round, median
+over the rounds. The other figures use MPI barriers and reductions (`bare_copy_s` there includes
 the spinning neighbours).
 dcp_adapter_vs_copy on the 2-core dev VM shared with other sessions (docs/checkpoint.md, DCP section; medians
-of 5 runs, load average 4.5-7.8 unless said): 1.57 with `--size-mib 64 --iters 3` (4 ranks; 1.44 at load 10-15;
-dcp_adapter_vs_copy_cpu 1.15), 1.11 with `--ranks 2` as well (cpu 1.17), 0.89 with `--size-mib 256 --iters 3`
-(load 2-16; cpu 1.01).
+of 5 runs): 1.19 with `--size-mib 64 --iters 3` (4 ranks, load 14-18; 1.26 at load 5-6; cpu 1.08-1.10; torch's
+dcp.async_save in the same rounds 2.21 and 1.40), 1.02 with `--ranks 2` as well (load 15-16; torch's 1.23),
+1.01 with `--size-mib 256 --iters 3` (load 7-17; torch's 1.19).
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ GOALS = {
     "save_vs_dcp_async": ("<=", 0.5),
     "dcp_adapter_vs_copy": ("<=", 1.2),
     "dcp_adapter_vs_copy_cpu": ("info", None),
+    "dcp_torch_async_vs_copy": ("info", None),
     "write_vs_raw": (">=", 0.85),
     "repl_vs_send": (">=", 0.70),
     "repl_vs_oneway_send": ("info", None),
@@ -143,6 +149,7 @@ def worker(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
     from nvrx_hpc.ckpt import AsyncCheckpointer, DcpWriter
+    from nvrx_hpc.ckpt.dcp import async_save as dcp_async_save
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -257,27 +264,35 @@ def worker(args: argparse.Namespace) -> int:
     # oversubscribed host the spinning ranks would take the cores from the ranks still being timed.
     hold = dist.new_group(backend="gloo")
     dst.update((k, torch.empty_like(v)) for k, v in state.items())
-    copy_times, adapter_times, cpu_times = [], [], []  # cpu: this thread's CPU time (copy, async_save)
-    for i in range(max(5, args.iters) + 1):  # round 0 sets up the stager (its host copy) and fills dst
+    root = str(run / "dcpbb" / "{domain}")
+    times: dict[str, list[float]] = {"copy": [], "kept": [], "torch": []}  # each round, this rank
+    cpu: dict[str, list[float]] = {"copy": [], "kept": [], "torch": []}  # this thread's CPU time
+
+    def timed_round(name: str, fn, **kwargs):  # noqa: ANN202 - returns what fn returns
         dist.barrier(group=hold)
         t, c = time.perf_counter(), time.thread_time()
-        copy()
-        copy_times.append(time.perf_counter() - t)
-        copy_cpu = time.thread_time() - c
-        writer = DcpWriter(str(run / "dcpbb" / "{domain}"), failure_domain=f"node{rank}")
-        dist.barrier(group=hold)
-        t, c = time.perf_counter(), time.thread_time()
-        future = dcp.async_save(keyed, storage_writer=writer, checkpoint_id=f"s{i}")
-        adapter_times.append(time.perf_counter() - t)
-        cpu_times.append((copy_cpu, time.thread_time() - c))
+        out = fn(**kwargs)
+        times[name].append(time.perf_counter() - t)
+        cpu[name].append(time.thread_time() - c)
+        return out
+
+    for i in range(max(5, args.iters) + 1):  # round 0 sets up the host copy, the kept thread and its group, dst
+        timed_round("copy", copy)
+        writer = DcpWriter(root, failure_domain=f"node{rank}")
+        future = timed_round("kept", dcp_async_save, state_dict=keyed, storage_writer=writer,
+                             checkpoint_id=f"k{i}")
         future.result()
         writer.wait_committed()
-    ranks_times = comm.allgather((copy_times[1:], adapter_times[1:]))  # each round: the slowest rank's time
-    figures["dcp_copy_s"] = statistics.median(map(max, *(c for c, _ in ranks_times)))
-    figures["dcp_adapter_block_s"] = statistics.median(map(max, *(a for _, a in ranks_times)))
-    cpus = [pair for ranks_cpu in comm.allgather(cpu_times[1:]) for pair in ranks_cpu]  # every rank and round
-    figures["dcp_copy_cpu_s"] = statistics.median(c for c, _ in cpus)
-    figures["dcp_adapter_block_cpu_s"] = statistics.median(a for _, a in cpus)
+        writer = DcpWriter(root, failure_domain=f"node{rank}")
+        future = timed_round("torch", dcp.async_save, state_dict=keyed, storage_writer=writer,
+                             checkpoint_id=f"t{i}")
+        future.result()
+        writer.wait_committed()
+    ranks_times = comm.allgather({k: v[1:] for k, v in times.items()})  # each round: the slowest rank's time
+    ranks_cpu = comm.allgather({k: v[1:] for k, v in cpu.items()})  # every rank and round
+    for name, key in (("copy", "dcp_copy"), ("kept", "dcp_adapter_block"), ("torch", "dcp_adapter_torch_block")):
+        figures[f"{key}_s"] = statistics.median(map(max, *(r[name] for r in ranks_times)))
+        figures[f"{key}_cpu_s"] = statistics.median(x for r in ranks_cpu for x in r[name])
     dst.clear()
     dist.destroy_process_group(hold)
     comm.Barrier()
@@ -367,6 +382,7 @@ def worker(args: argparse.Namespace) -> int:
         "save_vs_dcp_async": figures["save_block_s"] / figures["dcp_async_block_s"],
         "dcp_adapter_vs_copy": figures["dcp_adapter_block_s"] / figures["dcp_copy_s"],
         "dcp_adapter_vs_copy_cpu": figures["dcp_adapter_block_cpu_s"] / figures["dcp_copy_cpu_s"],
+        "dcp_torch_async_vs_copy": figures["dcp_adapter_torch_block_s"] / figures["dcp_copy_s"],
         "write_vs_raw": figures["write_gbs"] / figures["raw_write_gbs"],
         "repl_vs_send": figures["replicate_pair_gbs"] / figures["sendrecv_pair_gbs"],
         "repl_vs_oneway_send": figures["replicate_pair_gbs"] / figures["send_pair_gbs"],

@@ -4,6 +4,7 @@
     dcp.load(state, storage_reader=DcpReader("/dev/shm/nvrx/{domain}"))  # newest committed version
     dcp_drain(["/dev/shm/nvrx/node1"], "/lustre/run/dcp")               # then plain DCP reads
     dcp.load(state, checkpoint_id="/lustre/run/dcp/latest")              # (FileSystemReader)
+    future = async_save(state, storage_writer=DcpWriter(...), checkpoint_id="step-200")  # nvrx_hpc.ckpt.dcp's
 
 A domain root holds `.tmp-<version>/` while a save is written, then `<version>/` (torch's own `.distcp` files
 and `.metadata`, plus `.nvrx-commit.json`) and a symlink `latest -> <version>`. Every rank writes its files
@@ -35,13 +36,14 @@ from torch.futures import Future
 
 from nvrx_hpc.ckpt import dcp_stage
 from nvrx_hpc.ckpt.api import Scheme
+from nvrx_hpc.ckpt.dcp_async import async_save  # the kept-thread async save (no per-call executor)
 from nvrx_hpc.ckpt.drain import copy_file
 from nvrx_hpc.ckpt.fsutil import fsync_dir, remove_quietly, remove_tree, write_atomic
 from nvrx_hpc.ckpt.layout import Layout
 from nvrx_hpc.ckpt.settings import default_failure_domain
 from nvrx_hpc.core.errors import CheckpointError
 
-__all__ = ["DcpWriter", "DcpReader", "dcp_drain", "committed_versions", "LATEST"]
+__all__ = ["DcpWriter", "DcpReader", "dcp_drain", "committed_versions", "async_save", "LATEST"]
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +209,13 @@ class DcpWriter(FileSystemWriter):
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         super().set_up_storage_writer(is_coordinator, *args, **kwargs)
-        self._settle_committer()  # the previous save is over on every rank: its commit key is set or never will be
+        # the previous save is over on every rank: its commit key is set or never will be. Its committer may be
+        # another writer's (a writer per save), and its sweep would remove this save's staging directory
+        with _pending_lock:
+            previous = _pending.pop(self.root, None)
+        if previous is not None and previous is not self:
+            previous._settle_committer()
+        self._settle_committer()
         self._world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         if self.rank is None:
             self.rank = dist.get_rank() if self._world > 1 else 0
@@ -262,6 +270,8 @@ class DcpWriter(FileSystemWriter):
             self._committer = threading.Thread(target=self._await_commit, name="nvrx-dcp-commit", daemon=True,
                                                args=(info, len(layout.domain_order) - 1))
             self._committer.start()
+            with _pending_lock:
+                _pending[self.root] = self
         fut: Future = Future()
         fut.set_result(results)
         return fut
@@ -339,6 +349,8 @@ class DcpWriter(FileSystemWriter):
             raise CheckpointError(f"commit on {self.root} failed: {error}", hint="check the burst buffer") from error
 
 
+_pending: dict[Path, DcpWriter] = {}  # per domain root: the writer whose committer may still run
+_pending_lock = threading.Lock()
 _shared: tuple[Any, Any] = (None, None)  # (the default process group, the TorchTransport made on it)
 _shared_lock = threading.Lock()
 
