@@ -425,6 +425,8 @@ def _ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: dict[int
     same number; else at most as many as the fullest)."""
     if len(lost) != 1 or not universe:
         return []
+    # Else the ranks a source places on the lost node itself (srun's `nid7: tasks 20-23: Killed`).
+    placed = sorted(r for r, n in rank_nodes.items() if n in lost)
     elsewhere = defaultdict(set)
     for r, n in rank_nodes.items():
         if n not in lost:
@@ -432,7 +434,7 @@ def _ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: dict[int
     left = universe - {r for rs in elsewhere.values() for r in rs}
     shares = {len(rs) for rs in elsewhere.values()}
     if not left or not shares or len(left) > max(shares) or (len(shares) == 1 and len(left) not in shares):
-        return []
+        return placed
     return sorted(left)
 
 
