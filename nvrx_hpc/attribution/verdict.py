@@ -33,6 +33,7 @@ from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
+from nvrx_hpc.attribution.lone_exit import lone_exit_rank
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect
 from nvrx_hpc.attribution.resources import DiskRow, judge
@@ -323,6 +324,8 @@ def decide(f: Findings) -> Verdict:
                           and h.signature == root.signature for r in ranks_of(h.fields.get("tasks", ""))}  # fmt: skip
     if root.kind == "log" and len(named) >= 2 and universe and named >= universe:
         ranks, nodes_from_co = [], False  # every rank failed the same way: the job's code or data, not one rank
+    if category is Category.APPLICATION and root.kind == "log" and not ranks:
+        ranks = lone_exit_rank(f.hits)  # an unranked traceback: the one task that exited on its own
     lost_too = root.category is Category.HOST and {n for c in causes if c.signature in _NODE_LOST for n in c.nodes}
     if not ranks and (root.signature in _NODE_LOST or (lost_too and set(root.nodes) == lost_too)):
         # The node was lost (a host fault that Slurm also reports as a node failure): all its ranks.
