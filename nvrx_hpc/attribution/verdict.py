@@ -33,8 +33,8 @@ from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
-from nvrx_hpc.attribution.lone_exit import lone_exit_rank
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
+from nvrx_hpc.attribution.lone_exit import lone_exit_rank
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect
 from nvrx_hpc.attribution.resources import DiskRow, judge
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
