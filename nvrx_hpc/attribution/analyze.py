@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nvrx_hpc.attribution.api import SCHEMA_VERSION, FileProblem, Hit, Verdict
+from nvrx_hpc.attribution.cgroup_task import global_cgroup_tasks
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
 from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
 from nvrx_hpc.attribution.lines import LineContext
@@ -191,7 +192,7 @@ def analyze(
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
-    hits = name_victims(drop_recovered(enrich(traceback_ranks(align_years(hits, dated)))))
+    hits = name_victims(drop_recovered(enrich(traceback_ranks(global_cgroup_tasks(align_years(hits, dated))))))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     fr = analyze_files(files.fr_dumps, relative_to=files.root) if files.fr_dumps else None

@@ -240,6 +240,8 @@ def classify_line(
     if rank is None:
         cg = _CGROUP_TASK.search(text)
         rank = int(cg.group("task")) if cg else None
+        if cg:
+            fields["cgroup_task"] = cg.group("task")  # the node's own task index (cgroup_task.py)
     if rank is None:
         rank = _first_int(_INLINE_RANK.search(text))
     if rank is None and fields.get("tasks", "").isdigit():

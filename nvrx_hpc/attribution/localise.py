@@ -253,7 +253,8 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     """The ranks a hang waits on, judged from its victims' lines, and how they were found.
 
     1. Behind: a rank whose last enqueued collective is before the one the others timed out on
-       (`Timeout at NCCL work: N, last enqueued NCCL work: M`) never issued it.
+       (`Timeout at NCCL work: N, last enqueued NCCL work: M`, or a dump's `Last enqueued NCCL work: M`)
+       never issued it.
     2. Silent: when most of the job's ranks report a timeout (or sit in a collective in their stack
        dumps), the ranks that report nothing are the suspects (at most a third of the ranks).
     Otherwise nobody: every rank reports, so the logs do not say who is late.
@@ -262,6 +263,8 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     progress = [(h.rank, int(h.fields["seq"]), int(h.fields["enqueued"])) for h in victims
                 if h.signature == "watchdog_progress" and h.fields.get("seq", "").isdigit()
                 and h.fields.get("enqueued", "").lstrip("-").isdigit()]  # fmt: skip
+    progress += [(h.rank, -1, int(h.fields["enqueued"])) for h in victims  # a dump's progress: no work
+                 if h.signature == "watchdog_dump_progress" and h.fields.get("enqueued", "").lstrip("-").isdigit()]
     if progress:
         waited = max(seq for _r, seq, _e in progress)
         behind = {r for r, _s, enq in progress if enq < waited}

@@ -334,6 +334,17 @@ CATALOG: tuple[Signature, ...] = (
         ("[PG 3 Rank 4] Timeout at NCCL work: 9141, last enqueued NCCL work: 9141, last completed NCCL work: 9140.",),
     ),
     Signature(
+        # A rank told to dump by another's timeout prints its own progress: a lower last-enqueued
+        # number than the work the others wait on means it never issued that collective.
+        "watchdog_dump_progress", _D, _CTX,
+        r"Received a dump signal due to a collective timeout from rank \d+.{0,120}?Last enqueued NCCL work: "
+        r"(?P<enqueued>-?\d+), last completed NCCL work: (?P<completed>-?\d+)",
+        ("dump signal",), True, "dump signal: enqueued {enqueued}, completed {completed}",
+        ("[PG ID 0 PG GUID 0(default_pg) Rank 26] Received a dump signal due to a collective timeout from rank 3 "
+         "and we will try our best to dump the debug info. Last enqueued NCCL work: 18802, last completed NCCL "
+         "work: 18802.",),
+    ),
+    Signature(
         "heartbeat_stuck", _D, _CASC, r"(?:Heartbeat monitor timed out|watchdog got stuck)",
         ("Heartbeat monitor", "watchdog got stuck"), True, "NCCL heartbeat monitor fired",
         ("[rank1]:[F1016 03:40:01] Heartbeat monitor timed out! Process will be terminated after dumping debug info.",),
@@ -443,7 +454,8 @@ CASCADE_EXCEPTIONS = ("DistBackendError", "ChildFailedError", "KeyboardInterrupt
 _NCCL_EXCEPTIONS = {"ncclSystemError": _N, "ncclRemoteError": _N, "ncclInternalError": _F,
                     "ncclUnhandledCudaError": _F, "ncclInvalidUsage": _F}  # fmt: skip
 # Hits that victims print about a peer or a collective: who prints them is not who caused them.
-VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "heartbeat_stuck",
+VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "watchdog_dump_progress",
+                     "heartbeat_stuck",
                      "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout",
                      "horovod_stall")
 

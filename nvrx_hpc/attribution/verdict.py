@@ -34,6 +34,7 @@ from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
+from nvrx_hpc.attribution.lone_exit import lone_exit_rank
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect
 from nvrx_hpc.attribution.resources import DiskRow, judge
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
@@ -323,6 +324,8 @@ def decide(f: Findings) -> Verdict:
                           and h.signature == root.signature for r in ranks_of(h.fields.get("tasks", ""))}  # fmt: skip
     if root.kind == "log" and len(named) >= 2 and universe and named >= universe:
         ranks, nodes_from_co = [], False  # every rank failed the same way: the job's code or data, not one rank
+    if category is Category.APPLICATION and root.kind == "log" and not ranks:
+        ranks = lone_exit_rank(f.hits)  # an unranked traceback: the one task that exited on its own
     lost_too = root.category is Category.HOST and {n for c in causes if c.signature in _NODE_LOST for n in c.nodes}
     if not ranks and (root.signature in _NODE_LOST or (lost_too and set(root.nodes) == lost_too)):
         # The node was lost (a host fault that Slurm also reports as a node failure): all its ranks.
@@ -425,6 +428,8 @@ def _ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: dict[int
     same number; else at most as many as the fullest)."""
     if len(lost) != 1 or not universe:
         return []
+    # Else the ranks a source places on the lost node itself (srun's `nid7: tasks 20-23: Killed`).
+    placed = sorted(r for r, n in rank_nodes.items() if n in lost)
     elsewhere = defaultdict(set)
     for r, n in rank_nodes.items():
         if n not in lost:
@@ -432,7 +437,7 @@ def _ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: dict[int
     left = universe - {r for rs in elsewhere.values() for r in rs}
     shares = {len(rs) for rs in elsewhere.values()}
     if not left or not shares or len(left) > max(shares) or (len(shares) == 1 and len(left) not in shares):
-        return []
+        return placed
     return sorted(left)
 
 

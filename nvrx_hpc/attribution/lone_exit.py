@@ -1,0 +1,22 @@
+"""The rank an application error with no rank of its own came from (round 8).
+
+A traceback printed without a rank prefix names nobody. When srun then reports one task that exited
+with a code of its own while every other task it lists was ended by a signal (`Aborted`, `Killed`:
+the teardown after the others timed out waiting), that one task raised the error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from nvrx_hpc.attribution.api import Hit
+
+
+def lone_exit_rank(hits: Sequence[Hit]) -> list[int]:
+    """[rank] of the one srun task that exited with a nonzero code while the others were signalled."""
+    exits = [h for h in hits if h.signature == "srun_task_exit"]
+    coded = {h.rank for h in exits if h.fields.get("code", "0") not in ("", "0") and h.rank is not None}
+    signalled = [h for h in exits if not h.fields.get("code")]
+    if len(coded) == 1 and signalled and all(h.rank not in coded for h in signalled):
+        return sorted(coded)
+    return []
