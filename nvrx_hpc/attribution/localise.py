@@ -41,8 +41,8 @@ _HOST_RANK = re.compile(rb"(?m)^([a-z][\w-]*[\d-][\w.-]*): \[rank(\d{1,6})\]:|"
 # literal word (fast to find); `_banner_hosts` checks what stands before it.
 _BANNER_HOST = rb"host(?:name)?[ =:][ \t]*([A-Za-z][\w-]*[\d-][\w.-]*)"
 _BANNER_RANK = rb"(?:global_|world_)?rank[ =:][ \t]*(\d{1,6})\b"
-_BANNERS = ((re.compile(rb"rank[ =:][ \t]*(\d{1,6})\b[^\n]{0,80}?(?<![\w-])" + _BANNER_HOST), 1, 2),
-            (re.compile(_BANNER_HOST + rb"[^\n]{0,80}?(?<![\w-])" + _BANNER_RANK), 2, 1))
+_BANNERS = ((re.compile(rb"rank[ =:][ \t]*(\d{1,6})\b[^\n]{0,160}?(?<![\w-])" + _BANNER_HOST), 1, 2),
+            (re.compile(_BANNER_HOST + rb"[^\n]{0,160}?(?<![\w-])" + _BANNER_RANK), 2, 1))
 _WORD_BEFORE = re.compile(rb"(?:global_|world_)?\Z")
 _DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _SAMPLE = 256 * 1024

@@ -40,6 +40,14 @@ def test_a_banner_with_the_rank_first_places_it_too(tmp_path):
     assert v.culprit.ranks == (6,) and v.culprit.nodes == ("gpu-k05",)
 
 
+def test_a_long_banner_with_the_host_at_its_end_places_the_rank(tmp_path):
+    # HF Trainer's start-up line, with the host a site's logging format appends over 80 characters on
+    run = _per_rank_logs(tmp_path, "12/01/2026 08:10:02 - INFO - __main__ - Process rank: {rank}, device: "
+                                   "cuda:{local}, n_gpu: 1, distributed training: True, 16-bits training: True  "
+                                   "[host={host}]")  # fmt: skip
+    v = analyze_run(run).verdict
+    assert v.culprit.ranks == (6,) and v.culprit.nodes == ("gpu-k05",)
+
 def test_a_banner_that_names_only_the_node_and_local_rank_places_no_rank(tmp_path):
     run = _per_rank_logs(tmp_path, "[init] host={host} node_rank={node} local_rank={local}")
     v = analyze_run(run).verdict
