@@ -12,8 +12,11 @@ a second) and section timings.
 Heartbeats themselves go from a rank to its own node's agent, never to the launcher: they cost the hub
 nothing.
 
-Per size it reports: the hub's CPU (% of one core) and memory (RSS growth since before the agents
-connected) in all, per 1,000 ranks and (CPU) per 1,000 rank summaries a second while steady, the agent
+Each size runs in a fresh process of its own, after a warm-up job of 64 ranks there (what a hub process
+pays once: threads' stacks, malloc arenas, modules' first use; reported as warmup_rss_mib). Per size it
+reports: the hub's CPU (% of one core) and memory (RSS growth since before the agents connected) in all,
+per 1,000 ranks and (CPU) per 1,000 rank summaries a second while steady; what the hub's Python objects
+hold while steady (`hub_heap_mib`, from one more short run of the size with tracemalloc on); the agent
 messages per second it took, its full garbage collections, and, over `--failures` failure frames (one
 rank SIGKILLed, `ag.rank exited`), p50 and p99 of: the time from the socket read that brought the frame
 to the step watch's finding (the stop decision: the launcher knows the step failed and whom to blame);
@@ -35,9 +38,11 @@ import os
 import random
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,6 +55,7 @@ from nvrx_hpc.core.wire import Codec, new_token, read_message  # noqa: E402
 
 RANKS_PER_NODE = 8
 AGENT_PROCESSES = 4
+IDLE_S = 3.0  # seconds the hub's fixed CPU is measured before the agents connect
 HANDSHAKES_AT_ONCE = 6  # per process: the hub lets 32 connections of one address wait for their hello
 
 
@@ -147,6 +153,7 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
     token = new_token()
     me = psutil.Process()
     rss_before = me.memory_info().rss
+    heap_before = tracemalloc.get_traced_memory()[0]  # 0 unless the memory pass traces
     settings = RunSettings(command=["x"], run_dir=work)
     events = EventLog(work / "events.jsonl", "launcher")
     arrivals: dict[tuple[str, int], float] = {}
@@ -203,9 +210,13 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
                                  args=(chunk, first[0], port, token, agent_status_s(len(nodes)), control, ready,
                                        sent)))
         first[0] += len(chunk) * RANKS_PER_NODE
+    tasks = [asyncio.ensure_future(status_loop()), asyncio.ensure_future(stragglers.run())]
+    # the hub's fixed CPU: its loops running (status, straggler windows) with no agent yet
+    idle0, idle_wall0 = sum(me.cpu_times()[:2]), time.perf_counter()
+    await asyncio.sleep(IDLE_S)
+    idle_pct = 100 * (sum(me.cpu_times()[:2]) - idle0) / (time.perf_counter() - idle_wall0)
     for p in procs:
         p.start()
-    tasks = [asyncio.ensure_future(status_loop()), asyncio.ensure_future(stragglers.run())]
     try:
         missing = await hub.wait_for_agents(nodes, timeout=120 + len(nodes) / 20)
         if missing:
@@ -217,6 +228,7 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
         await asyncio.sleep(steady_s)
         cpu1, wall1, n1 = sum(me.cpu_times()[:2]), time.perf_counter(), counted["n"]
         rss = me.memory_info().rss - rss_before
+        heap = tracemalloc.get_traced_memory()[0] - heap_before
         decisions, from_sent, plans = [], [], []
         for i in range(failures):
             which = i % len(chunks)
@@ -274,7 +286,9 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
         "msgs_expected_per_s": round(len(nodes) / agent_status_s(len(nodes)), 1), "hub_cpu_pct": round(cpu_pct, 2),
         "hub_cpu_pct_per_1k_ranks": round(cpu_pct * 1000 / ranks, 3),
         "hub_cpu_pct_per_1k_rank_reports": round(cpu_pct * 1000 / summaries_per_s, 3),
-        "hub_rss_mib": round(rss / 2**20, 1),
+        "hub_cpu_pct_idle": round(idle_pct, 2),
+        "hub_cpu_pct_per_1k_rank_reports_above_idle": round((cpu_pct - idle_pct) * 1000 / summaries_per_s, 3),
+        "hub_rss_mib": round(rss / 2**20, 1), "hub_heap_mib": round(heap / 2**20, 2),
         "hub_rss_mib_per_1k_ranks": round(rss / 2**20 * 1000 / ranks, 2),
         "decision_p50_ms": round(1e3 * _pct(decisions, 50), 2), "decision_p99_ms": round(1e3 * _pct(decisions, 99), 2),
         "sent_p50_ms": round(1e3 * _pct(from_sent, 50), 2), "sent_p99_ms": round(1e3 * _pct(from_sent, 99), 2),
@@ -380,6 +394,37 @@ def attribution_at_scale(dumps: int, logs: int, lines: int, work: Path) -> dict:
     return {"fr": fr, "logs": logs_figures}
 
 
+WARMUP_RANKS = 2 * RANKS_PER_NODE * AGENT_PROCESSES
+
+
+def _one_size(ranks: int, steady_s: float, failures: int) -> dict:
+    """One size in this process, after a small warm-up job: the warm-up pays what a hub process pays once
+    (worker threads' stacks, malloc arenas, modules' first use), so the size's RSS growth is what its
+    ranks cost. The warm-up's own growth is reported beside it."""
+    with tempfile.TemporaryDirectory(prefix="nvrx-scale-warmup-") as tmp:
+        warm = asyncio.run(measure(WARMUP_RANKS, 1.0, 2, Path(tmp)))
+    with tempfile.TemporaryDirectory(prefix="nvrx-scale-") as tmp:
+        row = asyncio.run(measure(ranks, steady_s, failures, Path(tmp)))
+    # The memory pass: the same job once more with tracemalloc on (it slows the hub, so no other figure
+    # comes from it). What the hub's Python objects hold while steady, apart from the allocator's reuse.
+    tracemalloc.start()
+    with tempfile.TemporaryDirectory(prefix="nvrx-scale-heap-") as tmp:
+        heap = asyncio.run(measure(ranks, 2.0, 1, Path(tmp)))["hub_heap_mib"]
+    tracemalloc.stop()
+    return {**row, "hub_heap_mib": heap, "hub_heap_kib_per_rank": round(heap * 1024 / ranks, 3),
+            "warmup_ranks": WARMUP_RANKS, "warmup_rss_mib": warm["hub_rss_mib"]}
+
+
+def _in_fresh_process(ranks: int, steady_s: float, failures: int) -> dict:
+    """Each size in a process of its own, so that no size inherits memory another one freed."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one-size", "--sizes", str(ranks),
+           "--steady-s", str(steady_s), "--failures", str(failures)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600 + ranks / 10)
+    if done.returncode != 0:
+        raise SystemExit(f"the run of {ranks} ranks failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def _pct(values: list[float], q: int) -> float:
     if len(values) == 1:
         return values[0]
@@ -402,6 +447,7 @@ def main() -> None:
     parser.add_argument("--dumps", type=int, default=4096, help="flight-recorder dumps for --attribution")
     parser.add_argument("--log-lines", type=int, default=10**7, help="log lines in all for --attribution")
     parser.add_argument("--json", action="store_true", help="print one JSON row per size")
+    parser.add_argument("--one-size", action="store_true", help=argparse.SUPPRESS)  # the child of one size
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if not sizes or any(s < 2 * RANKS_PER_NODE * AGENT_PROCESSES or s % RANKS_PER_NODE for s in sizes):
@@ -409,10 +455,12 @@ def main() -> None:
     if args.failures < 1 or args.steady_s <= 0:
         parser.error("--failures >= 1, --steady-s > 0")
     _raise_fd_limit()
+    if args.one_size:
+        print(json.dumps(_one_size(sizes[0], args.steady_s, args.failures)))
+        return
     rows = []
     for size in sizes:
-        with tempfile.TemporaryDirectory(prefix="nvrx-scale-") as tmp:
-            rows.append(asyncio.run(measure(size, args.steady_s, args.failures, Path(tmp))))
+        rows.append(_in_fresh_process(size, args.steady_s, args.failures))
         if not args.json:
             r = rows[-1]
             print(f"{r['ranks']:6d} ranks: decision p50 {r['decision_p50_ms']:.2f} ms "
