@@ -106,7 +106,12 @@ class Goodput(Bench):
             next_fault = time.time() + self.args.mtbf
             while not self.finished(job):
                 if faults and time.time() >= next_fault:
-                    injected.append(self.fault(name, run_dir, rng, job))
+                    try:
+                        injected.append(self.fault(name, run_dir, rng, job))
+                    except SystemExit:
+                        if self.finished(job):  # it ended while its target was looked for: no fault to count
+                            break
+                        raise
                     next_fault = time.time() + self.args.mtbf
                 time.sleep(0.5)
         finally:
