@@ -135,6 +135,8 @@ class InprocessWatch:
             return False
         self.lost.update(new)
         self.lost_nodes.add(node)
+        if self.refill is not None:
+            self.refill.drop_node(node)
         if self.on_node_lost is not None:
             self.on_node_lost(node, why)
         if new:  # none: the meeting already declared its tasks lost (a silent node is found late)

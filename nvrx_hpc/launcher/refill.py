@@ -56,7 +56,7 @@ class Refill:
         self.closed = False
         self._stopping = False  # the launcher stops them: their exit codes say nothing
         self.returncode: int | None = None  # the first refill step that failed, if any
-        self._steps: list[SrunStep] = []
+        self._steps: list[tuple[str, SrunStep]] = []
         self._tasks: list[asyncio.Future] = []
 
     def alive(self) -> set[int]:
@@ -96,7 +96,7 @@ class Refill:
         name = f"nvrx-refill-{self.restart}"
         argv = refill_step_argv(spec, node, count, name, self.logs / f"step-{self.restart}.refill-{base}.log")
         step = SrunStep(argv, {**self.env, ENV_SLOT_BASE: str(base)})
-        self._steps.append(step)
+        self._steps.append((node, step))
         slots = list(range(base, base + count))
         rc: int | None = None
         try:
@@ -135,7 +135,14 @@ class Refill:
 
     async def stop(self, grace_s: float) -> None:
         self.closed = self._stopping = True
-        await asyncio.gather(*(step.stop(grace_s) for step in list(self._steps)))
+        await asyncio.gather(*(step.stop(grace_s) for _, step in list(self._steps)))
+
+    def drop_node(self, node: str, grace_s: float = 2.0) -> None:
+        """A node lost in-process: its refill tasks go too, also those still starting (its agent kills only the
+        tasks registered with it, and a refill task must never join from an excluded node)."""
+        for where, step in list(self._steps):
+            if where == node:
+                self._tasks.append(asyncio.ensure_future(step.stop(grace_s)))
 
 
 def _all_finished(events: Path, since: float, world: int) -> bool:
