@@ -225,6 +225,9 @@ class InprocessConfig(_Section):
     hard_timeout_s: Seconds = Field(60.0, description="A rank that cannot rejoin within this exits (code 95).")
     pg_timeout_s: Seconds = Field(30.0, description="Collective timeout: a peer hung this long ends the round.")
     max_restarts: int = Field(50, ge=0, description="In-process restarts in one step before the step restarts.")
+    refill_max: int = Field(
+        64, ge=0, description="Spare tasks started in refill steps per training step at most (0: never refill)."
+    )
 
 
 class LoggingConfig(_Section):

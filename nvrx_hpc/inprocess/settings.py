@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from nvrx_hpc.core.errors import ConfigError
 
 __all__ = ["InprocessSettings", "ENV_STORE", "ENV_WORLD", "ENV_TASKS_PER_NODE", "ENV_SPARES_PER_NODE",
-           "ENV_SPARE_NODES"]
+           "ENV_SPARE_NODES", "ENV_SLOT_BASE", "namespace"]
 
 ENV_STORE = "NVRX_IP_STORE"  # HOST:PORT of the job's TCPStore (the launcher's side process)
 ENV_WORLD = "NVRX_IP_WORLD"  # ranks that train (tasks less the spare ranks)
@@ -18,10 +18,17 @@ ENV_SPARES_PER_NODE = "NVRX_IP_SPARES_PER_NODE"  # warm spare ranks per node, af
 # The step's nodes (by their place in the step) whose every task is a spare: the allocation's spare nodes,
 # so that a lost node's ranks move to a healthy node without a new step.
 ENV_SPARE_NODES = "NVRX_IP_SPARE_NODES"
+# A refill task's first slot (nvrx_hpc.launcher.refill): its slot is this plus its task id in the refill step.
+ENV_SLOT_BASE = "NVRX_IP_SLOT_BASE"
 ENV_SOFT = "NVRX_IP_SOFT_TIMEOUT_S"
 ENV_HARD = "NVRX_IP_HARD_TIMEOUT_S"
 ENV_PG_TIMEOUT = "NVRX_IP_PG_TIMEOUT_S"
 ENV_MAX_ROUNDS = "NVRX_IP_MAX_RESTARTS"
+
+
+def namespace(job: str, restart: int | str) -> str:
+    """The store keys of one training step's rounds: a later step (in-allocation restart) starts clean."""
+    return f"nvrx-ip/{job}/{restart}"
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class InprocessSettings:
     pg_timeout_s: float = 30.0  # collectives: a peer that hangs this long fails the round
     max_restarts: int = 50
     spare_nodes: tuple[int, ...] = ()  # places in the step of the nodes that only hold spare tasks
+    refill: bool = False  # a task of a refill step: it joins the running job as a spare (rendezvous.py)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> InprocessSettings:
@@ -60,7 +68,8 @@ class InprocessSettings:
                 hint="start the training with `nvrx-hpc run --inprocess -- python train.py`",
             )
         try:
-            slot = int(env.get("SLURM_PROCID") or env.get("RANK") or "0")
+            base = int(env.get(ENV_SLOT_BASE) or "0")
+            slot = int(env.get("SLURM_PROCID") or env.get("RANK") or "0") + base
             world = int(env.get(ENV_WORLD) or env.get("WORLD_SIZE") or "1")
             per_node = int(env.get(ENV_TASKS_PER_NODE) or str(world))
             spares = int(env.get(ENV_SPARES_PER_NODE) or "0")
@@ -74,13 +83,13 @@ class InprocessSettings:
             }
         except ValueError as exc:
             raise ConfigError(f"in-process restart: a task variable is not a number: {exc}") from None
-        if world < 1 or per_node < 1 or spares < 0 or slot < 0 or any(i < 0 for i in spare_nodes):
+        if world < 1 or per_node < 1 or spares < 0 or slot < 0 or base < 0 or any(i < 0 for i in spare_nodes):
             raise ConfigError(f"in-process restart: bad task layout (world {world}, {per_node} per node, "
                               f"{spares} spares per node, slot {slot})")
         return cls(
             store_host=host, store_port=int(port), slot=slot, world_size=world, per_node=per_node,
-            spares_per_node=spares, spare_nodes=spare_nodes,
-            namespace=f"nvrx-ip/{env.get('SLURM_JOB_ID', '0')}/{restart}", **limits,
+            spares_per_node=spares, spare_nodes=spare_nodes, refill=base > 0,
+            namespace=namespace(env.get("SLURM_JOB_ID", "0"), restart), **limits,
         )  # fmt: skip
 
     def first_plan(self) -> dict[int, int]:

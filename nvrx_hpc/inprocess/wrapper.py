@@ -88,6 +88,8 @@ class InprocessWrapper:
         ranks = self.s.first_plan()
         gc.freeze()  # the imports: never garbage (see _teardown)
         round = 0
+        if self.s.refill:
+            round, ranks = self._join()
         while True:
             if self.s.slot in ranks:
                 ended, result = self._one_round(fn, round, ranks[self.s.slot], args, kwargs)
@@ -102,6 +104,14 @@ class InprocessWrapper:
             if round > self.s.max_restarts:
                 self._escalate(f"{round - 1} in-process restarts, the most allowed (NVRX_IP_MAX_RESTARTS)")
             ranks = self._meet(round, ranks).ranks
+
+    def _join(self) -> tuple[int, dict[int, int]]:
+        """A refill task joins the running job as a spare: it takes the newest plan as its own and waits for the
+        meeting after it (or, when a meeting is under way, comes to it late and finds its plan there)."""
+        round, plan = self.rdv.current()
+        self.rdv.join()
+        self._emit("inprocess.refill.joined", slot=self.s.slot, round=round)
+        return round, (plan.ranks if plan is not None else self.s.first_plan())
 
     def _one_round(self, fn: Callable[..., Any], round: int, rank: int, args: tuple, kwargs: dict) -> tuple[bool, Any]:
         """(False, result) when fn returned; (True, None) when the round ended by a fault."""
@@ -177,6 +187,8 @@ class InprocessWrapper:
                 return max(ended) + 1
             if self.rdv.finished():
                 return None
+            if self.rdv.meeting_started(round + 1):  # the agent's notice did not reach it (a refill task starting)
+                return round + 1
             worker_api.heartbeat()
             self._noticed.wait(_SPARE_TICK_S)
             self._noticed.clear()

@@ -8,7 +8,8 @@ died) or that fails a health check (an Xid) loses all its tasks at once: the not
 agent, if alive, kills them), the meeting moves their ranks to spares on healthy nodes, and the launcher
 excludes the node for later steps. What this cannot absorb (a loss with no spare left, an
 INPROCESS_ESCALATE exit) goes on to the step watch, which stops the step and restarts it as without
-in-process restart.
+in-process restart. After each restart the refill (nvrx_hpc.launcher.refill), when there is one, tops the
+spare tasks up with tasks of extra steps; their slots follow the step's and their nodes are its own map.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from nvrx_hpc.core import messages as m
 from nvrx_hpc.core.events import EventLog, read_events
@@ -28,11 +30,13 @@ __all__ = ["InprocessWatch"]
 
 
 class InprocessWatch:
-    """`nodes`: the step's nodes in Slurm's order, `width` tasks each (task `slot` runs on nodes[slot // width]);
-    `world` of the tasks train. `on_node_lost(node, why)` is called once for a node lost in-process."""
+    """`nodes`: the step's nodes in Slurm's order, `width` tasks each (task `slot` runs on nodes[slot // width];
+    a refill task's node is in `refill.slots`); `world` of the tasks train. `on_node_lost(node, why)` is called
+    once for a node lost in-process."""
 
     def __init__(self, hub: AgentHub, events: EventLog, nodes: list[str], settings: InprocessRun, width: int,
-                 world: int, clock=time, on_node_lost: Callable[[str, str], None] | None = None) -> None:  # fmt: skip
+                 world: int, clock=time, on_node_lost: Callable[[str, str], None] | None = None,
+                 refill: Any = None) -> None:  # fmt: skip
         self.hub = hub
         self.world = world
         self.events = events
@@ -45,24 +49,34 @@ class InprocessWatch:
         self.lost: set[int] = set()
         self.lost_nodes: set[str] = set()
         self.exited: set[int] = set()  # tasks whose exit an agent reported
+        self.registered: set[int] = set()  # tasks an agent reported registered
+        self.refill = refill  # a Refill, or None: no refill steps
+        if refill is not None:
+            refill.watch = self
         self.recovered: list[str] = []  # the errors of rounds that were recovered in-process
         self.escalated = False  # a loss it could not absorb: the step is being stopped
         self._restarted_at = float("-inf")
 
     @property
     def spares_left(self) -> int:
-        """Tasks alive beyond the ranks that train: each one can take one more lost rank."""
-        return len(self.nodes) * self.width - len(self.lost) - self.world
+        """Tasks alive beyond the ranks that train, refill tasks still starting included: each one can take one
+        more lost rank."""
+        own = len(self.nodes) * self.width
+        extra = len(self.refill.alive()) if self.refill is not None else 0
+        return own - len([s for s in self.lost if s < own]) + extra - self.world
 
     def all_exited(self) -> bool:
         """A node was lost and every task of the others has exited: the step is over, but srun still waits for
         the lost node's tasks until Slurm marks that node down (SlurmdTimeout)."""
         alive = set(range(len(self.nodes) * self.width)) - self.lost
+        if self.refill is not None:
+            alive |= self.refill.alive()
         return bool(self.lost_nodes) and alive <= self.exited
 
-    def slots_of(self, node: str) -> range:
+    def slots_of(self, node: str) -> list[int]:
         i = self.nodes.index(node)
-        return range(i * self.width, (i + 1) * self.width)
+        extra = [s for s, n in self.refill.slots.items() if n == node] if self.refill is not None else []
+        return [*range(i * self.width, (i + 1) * self.width), *extra]
 
     def take(self, event: HubEvent) -> bool:
         """True when the event was handled in-process (the step watch must not act on it)."""
@@ -88,6 +102,9 @@ class InprocessWatch:
             elif new:  # the meeting declared them lost: the agents kill them
                 self._restart(msg.round, new, why)
             return True
+        if msg.event is RankEventKind.REGISTERED:
+            self.registered.add(msg.rank)
+            return False
         if msg.event is RankEventKind.HUNG:
             return True  # the agent kills a hung rank; its exit comes next and is a loss
         if msg.event is not RankEventKind.EXITED:
@@ -118,6 +135,8 @@ class InprocessWatch:
             return False
         self.lost.update(new)
         self.lost_nodes.add(node)
+        if self.refill is not None:
+            self.refill.drop_node(node)
         if self.on_node_lost is not None:
             self.on_node_lost(node, why)
         if new:  # none: the meeting already declared its tasks lost (a silent node is found late)
@@ -163,3 +182,5 @@ class InprocessWatch:
         self._restarted_at = self.clock.monotonic()
         self.hub.broadcast(m.InprocessRestart, nodes=self.nodes, round=round, lost=tuple(lost), reason=why[:300])
         self.events.emit("inprocess.restart", round=round, lost=lost, spares_left=self.spares_left, reason=why)
+        if self.refill is not None:
+            self.refill.top_up(why)

@@ -2,7 +2,9 @@
 
 The ranks meet there between rounds (nvrx_hpc.inprocess.rendezvous). It lives beside the launcher, not
 in rank 0, so that it outlives any rank. `python -m nvrx_hpc.launcher.ip_store` prints its port and
-serves until its stdin closes (the launcher exited or closed it). Like torch.distributed's own
+serves until its stdin closes (the launcher exited or closed it). The launcher writes its own keys (the
+refill slots, nvrx_hpc.launcher.refill) as JSON lines `{"set": [KEY, VALUE]}` on that stdin, so that it
+needs no torch itself. Like torch.distributed's own
 MASTER_PORT store it takes no authentication: anyone who can reach the port can write keys, so it lives
 only as long as the launcher (docs/security.md).
 """
@@ -10,6 +12,7 @@ only as long as the launcher (docs/security.md).
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 
 from nvrx_hpc.core.errors import NvrxError
@@ -47,6 +50,12 @@ class StoreProcess:
         self.port = int(line)
         return self.port
 
+    def set(self, key: str, value: str) -> None:
+        """Write one key of the store (buffered: the side process sets it within milliseconds)."""
+        if self.proc is None or self.proc.stdin is None or self.proc.returncode is not None:
+            return
+        self.proc.stdin.write((json.dumps({"set": [key, value]}) + "\n").encode())
+
     async def stop(self) -> None:
         proc = self.proc
         if proc is None or proc.returncode is not None:
@@ -66,7 +75,12 @@ def main() -> None:
     store = dist.TCPStore("0.0.0.0", 0, is_master=True, wait_for_workers=False)
     sys.stdout.write(f"{store.port}\n")
     sys.stdout.flush()
-    sys.stdin.buffer.read()  # until the launcher closes our stdin or goes away
+    for line in iter(sys.stdin.buffer.readline, b""):  # until the launcher closes our stdin or goes away
+        try:
+            key, value = json.loads(line)["set"]
+        except (ValueError, KeyError, TypeError):
+            continue  # only the launcher writes here; a torn line is dropped, never fatal
+        store.set(str(key), str(value))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.core.run_pointer import job_tmp_dir, write_run_pointer
 from nvrx_hpc.core.wire import load_token, new_token, save_token
+from nvrx_hpc.inprocess.settings import namespace
 from nvrx_hpc.launcher.culprit import Finding, pick_culprit
 from nvrx_hpc.launcher.evidence import gather_evidence, partition_capacity
 from nvrx_hpc.launcher.hub import AgentHub, freeze_long_lived
@@ -27,6 +28,7 @@ from nvrx_hpc.launcher.ip_store import StoreProcess
 from nvrx_hpc.launcher.monitor import SYSTEM_CLOCK, Clock, StepWatch
 from nvrx_hpc.launcher.policy import Action, Attempt, NodeJudgement, Outcome, RestartPolicy, judge_node
 from nvrx_hpc.launcher.pool import NodePool
+from nvrx_hpc.launcher.refill import Refill, StepGroup
 from nvrx_hpc.launcher.rundir import JobIdentity, claim_run_dir, read_state, write_state
 from nvrx_hpc.launcher.settings import RunSettings, agent_status_s
 from nvrx_hpc.launcher.site_attach import attach_site_agents
@@ -411,9 +413,12 @@ class Launcher:
                              n for n in nodes if n not in layout.training])  # fmt: skip
         await step.start()
         watch = StepWatch(self.hub, self.events, self.s, self._clock)
-        if ip.enabled:
+        if ip.enabled:  # refill steps top the spare tasks up after each in-process restart (refill.py)
+            refill = Refill(layout, {**env, **layout.env}, self._store, namespace(str(self.ctx.job_id), restart),
+                            self.events, world, ip.refill_max, restart, self.run_dir / "logs")
             watch.inprocess = self._inprocess = InprocessWatch(hub, self.events, nodes, ip, layout.width, world,
-                                                               self._clock, on_node_lost=self._exclude_soon)
+                                                               self._clock, self._exclude_soon, refill)
+            step = StepGroup(step, refill, started, ip.hard_timeout_s)
         findings, max_iteration, rc = await watch.run(step, nodes)
         await asyncio.gather(*self._excluding)
         self._excluding.clear()

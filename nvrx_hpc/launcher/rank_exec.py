@@ -29,6 +29,10 @@ def main(argv: list[str]) -> None:
     for target, source in _FROM_SLURM.items():
         if source in env:
             env[target] = env[source]
+    base = env.get("NVRX_IP_SLOT_BASE", "")
+    if base.isdigit() and env.get("SLURM_PROCID", "").isdigit():
+        # a refill task of in-process restart: it registers with its agent under its slot, beyond the step's
+        env["RANK"] = str(int(env["SLURM_PROCID"]) + int(base))
     if "SLURM_NTASKS_PER_NODE" in env and env["SLURM_NTASKS_PER_NODE"].isdigit():
         env["LOCAL_WORLD_SIZE"] = env["SLURM_NTASKS_PER_NODE"]
     if "%" in env.get("NVRX_AGENT_SOCKET", ""):

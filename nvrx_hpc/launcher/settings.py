@@ -40,6 +40,7 @@ class InprocessRun:
     hard_timeout_s: float = 60.0
     pg_timeout_s: float = 30.0
     max_restarts: int = 50
+    refill_max: int = 64  # spare tasks started in refill steps per training step (nvrx_hpc.launcher.refill)
 
     def task_env(self, world: int, tasks_per_node: int, store: str,
                  spare_nodes: tuple[int, ...] = ()) -> dict[str, str]:

@@ -14,7 +14,8 @@ from pathlib import Path
 from nvrx_hpc.slurm.commands import srun_argv, srun_help
 from nvrx_hpc.slurm.runner import CommandRunner
 
-__all__ = ["StepSpec", "agent_step_argv", "training_step_argv", "SrunStep", "srun_has_nvrx", "free_port"]
+__all__ = ["StepSpec", "agent_step_argv", "training_step_argv", "refill_step_argv", "SrunStep", "srun_has_nvrx",
+           "free_port"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,17 @@ def training_step_argv(spec: StepSpec) -> list[str]:
         extra=(["--nvrx"] if spec.nvrx_plugin else []) + (["--overcommit", "--no-kill"] if spec.keep_going else []),
         export=list(spec.env),
     )
+
+
+def refill_step_argv(spec: StepSpec, node: str, tasks: int, name: str, output: Path) -> list[str]:
+    """`tasks` more tasks of the training's command on `node`, beside the running training step: warm spares
+    that join it (nvrx_hpc.launcher.refill). No `--nvrx`: the SPANK plugin would register them under this
+    step's task ids, which are the training step's slots; each registers under its own slot (rank_exec)."""
+    return srun_argv(
+        [node], [sys.executable, "-m", "nvrx_hpc.launcher.rank_exec", "--", *spec.command], job_name=name,
+        tasks_per_node=tasks, output=output, label=True, kill_on_bad_exit=False, cpus_per_task=spec.cpus_per_task,
+        gpus_per_task=spec.gpus_per_task, extra=["--overcommit", "--no-kill"], export=list(spec.env),
+    )  # fmt: skip
 
 
 def srun_has_nvrx(runner: CommandRunner) -> bool:

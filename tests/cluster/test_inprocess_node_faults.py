@@ -89,7 +89,11 @@ def test_a_lost_node_and_a_simulated_xid_are_recovered_in_process_in_one_step(cl
     reasons = " | ".join(e["reason"] for e in restarts)
     assert "node agent on n2 lost" in reasons and "n3 failed health check" in reasons, reasons
     lost = sorted({slot for e in restarts for slot in e["detail"]["lost"]})
-    assert lost == [2, 3, 4, 5], restarts  # every task of n2, then of n3
+    # every task of n2, then of n3 (and the refill tasks started on n3 after n2's loss, slots from 8 on)
+    refilled = {s: e["node"] for e in seen if e["kind"] == "inprocess.refill.started" for s in e["detail"]["slots"]}
+    assert [s for s in lost if s < 8] == [2, 3, 4, 5], restarts
+    assert all(refilled.get(s) == "n3" for s in lost if s >= 8), (restarts, refilled)
+    assert "n2" not in refilled.values(), refilled
     excluded = [e["node"] for e in seen if e["kind"] == "launcher.node.excluded"]
     assert excluded == ["n2", "n3"], excluded
     # the ranks went to n3's slots, then to n4's; never to a slot of a node already lost
