@@ -52,6 +52,7 @@ CHANGED = {
     "straggler.windows": "5", "straggler.exclude_at_restart": "true",
     "inprocess.enabled": "true", "inprocess.spare_ranks": "1", "inprocess.soft_timeout_s": "2",
     "inprocess.hard_timeout_s": "20", "inprocess.pg_timeout_s": "10", "inprocess.max_restarts": "3",
+    "inprocess.refill_max": "0",
     "logging.level": "debug",
 }  # fmt: skip
 
