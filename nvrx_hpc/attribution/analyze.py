@@ -34,6 +34,7 @@ from nvrx_hpc.attribution.localise import (
 )
 from nvrx_hpc.attribution.resources import DiskRow
 from nvrx_hpc.attribution.scanner import Scanner
+from nvrx_hpc.attribution.srun_cancel import own_cancels
 from nvrx_hpc.attribution.verdict import Findings, decide
 from nvrx_hpc.core.errors import AttributionError
 
@@ -193,6 +194,7 @@ def analyze(
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
     hits = name_victims(drop_recovered(enrich(traceback_ranks(global_cgroup_tasks(align_years(hits, dated))))))
+    hits = own_cancels(hits)
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     fr = analyze_files(files.fr_dumps, relative_to=files.root) if files.fr_dumps else None

@@ -1,0 +1,34 @@
+"""Round 9's rules: a step cancel srun caused after a task's own exit is no cause, link losses on several
+hosts at once are the fabric's, a lost node Slurm reports not responding, a Ray task error names its
+worker, a start-up banner that maps a host to a range of ranks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nvrx_hpc.attribution.analyze import analyze_run
+from nvrx_hpc.attribution.api import Action, Category
+
+
+def _run(tmp_path: Path, files: dict[str, list[str]]) -> Path:
+    run = tmp_path / "run"
+    for name, lines in files.items():
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text("\n".join(lines) + "\n")
+    return run
+
+
+_CANCEL = "slurmstepd: error: *** STEP 77.0 ON gq1 CANCELLED AT 2024-10-30T02:41:12 ***"
+
+
+def test_a_step_cancel_after_a_tasks_own_exit_is_srun_teardown_not_the_scheduler(tmp_path):
+    out = ["srun: error: gq3: task 5: Exited with exit code 1", "srun: Terminating StepId=77.0", _CANCEL,
+           "srun: error: gq1: tasks 0-2: Terminated", "srun: error: gq3: task 3-4: Terminated"]
+    v = analyze_run(_run(tmp_path, {"job.out": out, "job.err": ["UserWarning: something", _CANCEL]})).verdict
+    assert v.category is Category.UNKNOWN and v.action is Action.RETRY and v.culprit.nodes == ()
+
+
+def test_a_step_cancel_before_any_task_exit_stays_a_users_cancel(tmp_path):
+    out = [_CANCEL, "srun: error: gq3: task 5: Exited with exit code 1", "srun: error: gq1: tasks 0-4: Terminated"]
+    v = analyze_run(_run(tmp_path, {"job.out": out})).verdict
+    assert v.category is Category.SCHEDULER
