@@ -29,6 +29,7 @@ from nvrx_hpc.attribution.api import (
     TimelineEvent,
     Verdict,
 )
+from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, fabric_wide
 from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import ranks_of
@@ -344,6 +345,11 @@ def decide(f: Findings) -> Verdict:
             found_by = (f"; {peer.votes} of {peer.reporters} reporting hosts name their peer {peer.node}"
                         if peer.node else
                         f"; {peer.reporters} hosts report it and no one peer host stands out, so none is named")
+    downs = [(n, c.time, c.evidence.text) for c in co for n in c.nodes if c.signature == "nic_link_down"]
+    together = fabric_wide(downs) if root.signature == "nic_link_down" else 0
+    if together:  # links of several hosts lost at once: the switch they share, not one node (fabric.py)
+        ranks, nodes, gpus = [], [], []
+        found_by = f"; {together} hosts lost their links within {FABRIC_WINDOW_S:.0f} s: the fabric, not one node"
     # A host resource that ran out (memory, a disk, /dev/shm): the job's demand, one node's state or a
     # shared file system's (resources.py).
     resource = judge(root.signature, root.evidence.text, root.time, ranks, nodes, hits=f.hits,

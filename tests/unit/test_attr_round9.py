@@ -32,3 +32,19 @@ def test_a_step_cancel_before_any_task_exit_stays_a_users_cancel(tmp_path):
     out = [_CANCEL, "srun: error: gq3: task 5: Exited with exit code 1", "srun: error: gq1: tasks 0-4: Terminated"]
     v = analyze_run(_run(tmp_path, {"job.out": out})).verdict
     assert v.category is Category.SCHEDULER
+
+
+def _link(host: str, second: int) -> list[str]:
+    return [f"Jan 09 14:06:{second:02d} {host} kernel: mlx5_core 0000:1a:00.0 ens1f0np0: Link down",
+            f"Jan 09 14:06:{second + 7:02d} {host} kernel: mlx5_core 0000:1a:00.0 ens1f0np0: Link up"]
+
+
+def test_links_lost_on_several_hosts_at_once_name_the_fabric_not_a_node(tmp_path):
+    files = {f"rc-a0{i}.kern.log": _link(f"rc-a0{i}", 50 - i) for i in range(1, 4)}
+    v = analyze_run(_run(tmp_path, files)).verdict
+    assert v.category is Category.NETWORK and v.culprit.nodes == () and v.action is Action.RETRY
+
+
+def test_a_link_lost_on_one_host_still_names_it(tmp_path):
+    v = analyze_run(_run(tmp_path, {"rc-a02.kern.log": _link("rc-a02", 50)})).verdict
+    assert v.culprit.nodes == ("rc-a02",) and v.action is Action.EXCLUDE_AND_RETRY
