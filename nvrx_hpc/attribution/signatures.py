@@ -192,6 +192,15 @@ CATALOG: tuple[Signature, ...] = (
         ("oom_kill", "oom-kill", "OOM Killed", "Out Of Memory"), False, "Slurm's cgroup OOM killer ended tasks",
         ("slurmstepd: error: Detected 1 oom_kill event in StepId=11.0. Some of the step tasks have been OOM Killed.",),
     ),
+    Signature(  # context: which node Slurm lost, when its node-failure line names only a survivor (lost_node.py)
+        "slurm_node_not_responding", _H, _CTX,
+        r"(?:^Not responding\s+\S+\s+\S+\s+(?P<node>[A-Za-z][\w.\[\],-]*)\s*$|"
+        r"\bNodes? (?P<failed>[A-Za-z][\w.\[\],-]*) not responding|"
+        r"NodeName=(?P<host>[A-Za-z][\w.-]*)\s[^\n]*\bState=\S*NOT_RESPONDING)",
+        ("Not responding", "not responding", "NOT_RESPONDING"), None, "Slurm: node {node} not responding",
+        ("Not responding       slurm     2024-09-02T18:03:41 gpu-c-106",
+         "slurmctld: error: Nodes gpu-c-106 not responding"),
+    ),
     Signature(
         "node_failure", _H, _ROOT,
         r"(?:\*\*\* (?:JOB|STEP) [\d.]+\w* ON (?P<survivor>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE|"

@@ -48,3 +48,25 @@ def test_links_lost_on_several_hosts_at_once_name_the_fabric_not_a_node(tmp_path
 def test_a_link_lost_on_one_host_still_names_it(tmp_path):
     v = analyze_run(_run(tmp_path, {"rc-a02.kern.log": _link("rc-a02", 50)})).verdict
     assert v.culprit.nodes == ("rc-a02",) and v.action is Action.EXCLUDE_AND_RETRY
+
+
+_NODE_FAIL = ("slurmstepd: error: *** STEP 9.0 ON cx1 CANCELLED AT 2024-09-02T18:29:31 DUE TO NODE FAILURE, "
+              "SEE SLURMCTLD LOG FOR DETAILS ***")
+
+
+def _banners(nodes: int) -> list[str]:
+    return [f"{r}: | distributed init (rank {r}): env://, gpu {r % 2}, host cx{r // 2 + 1}" for r in range(2 * nodes)]
+
+
+def test_a_node_failure_naming_a_survivor_names_the_node_sinfo_reports_not_responding(tmp_path):
+    out = [*_banners(3), _NODE_FAIL]
+    sinfo = ["$ sinfo -R", "REASON               USER      TIMESTAMP           NODELIST",
+             "Not responding       slurm     2024-09-02T18:03:41 cx[3,9]"]
+    v = analyze_run(_run(tmp_path, {"job.out": out, "sinfo.txt": sinfo})).verdict
+    assert v.category is Category.HOST and v.culprit.nodes == ("cx3",) and v.culprit.ranks == (4, 5)
+
+
+def test_a_node_failure_naming_a_survivor_names_the_node_srun_no_longer_lists(tmp_path):
+    out = [*_banners(3), _NODE_FAIL, "srun: error: cx1: tasks 0-1: Killed", "srun: error: cx3: tasks 4-5: Killed"]
+    v = analyze_run(_run(tmp_path, {"job.out": out})).verdict
+    assert v.culprit.nodes == ("cx2",) and v.culprit.ranks == (2, 3) and v.action is Action.EXCLUDE_AND_RETRY
