@@ -177,15 +177,16 @@ def align_years(hits: Sequence[Hit], anchors: Iterable[float]) -> list[Hit]:
     return out
 
 
-def traceback_ranks(hits: Sequence[Hit], reach: int = 60) -> list[Hit]:
+def traceback_ranks(hits: Sequence[Hit], reach: int = 60, headers: tuple[str, ...] = ("traceback_start",)) -> list[Hit]:
     """A traceback's header names its rank (`[rank: 3] Traceback ...`), its lines often do not: an error
     line with no rank takes the rank of the nearest `Traceback` header above it in the same file (within
-    `reach` lines)."""
+    `reach` lines). Ray's `RayTaskError(...): ray::f() (pid=N, ...)` is such a header once its pid has a
+    rank (`headers=("ray_task_error",)` after `enrich`)."""
     last: dict[str, tuple[int, int | None]] = {}
     out = list(hits)
     for i in sorted(range(len(out)), key=lambda i: (out[i].source, out[i].line)):
         h = out[i]
-        if h.signature == "traceback_start":
+        if h.signature in headers:
             last[h.source] = (h.line, h.rank)
         elif h.rank is None and h.source in last:
             line, rank = last[h.source]

@@ -430,6 +430,18 @@ CATALOG: tuple[Signature, ...] = (
         "Ray Train worker of rank {rank}",
         ("(TorchTrainer pid=93, ip=10.0.0.1) - (node_id=9c1e, ip=10.0.0.2, pid=18870) world_rank=4, local_rank=0",),
     ),
+    Signature(  # a Ray worker's line that names its host: the pid of its prefix places that host (round 9)
+        "ray_worker_host", _F, _CTX,
+        r"^\(\w+ pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)[^\n]*?(?:\b|get)host(?:name)?(?:\(\))?[ =:][ \t]*"
+        r"(?P<node>[A-Za-z][\w-]*[\d-][\w.-]*)",
+        ("hostname", "host="), None, "Ray worker on {node}",
+        ("(RayTrainWorker pid=22416, ip=10.0.12.31) [setup] socket.gethostname()=raynode-b2 cuda:2",),
+    ),
+    Signature(  # Ray's remote error header names the worker process whose traceback follows (round 9)
+        "ray_task_error", _F, _CTX, r"RayTaskError(?:\((?P<exc>\w+)\))?: ray::\S+ \(pid=(?P<pid>\d+)",
+        ("RayTaskError",), None, "Ray task error in pid {pid}",
+        ("ray.exceptions.RayTaskError(KeyError): ray::_RayTrainWorker__execute.get_next() (pid=22416, ip=10.0.12.31)",),
+    ),
     Signature(  # a `ps` row of a torchrun worker: pid, parent pid, its local rank (launchers.py makes it global)
         "ps_worker", _F, _CTX, r"^\s*(?P<wpid>\d+)\s+(?P<ppid>\d+)\s.*--local[-_]rank[= ](?P<wlocal>\d+)",
         ("--local-rank", "--local_rank"), None, "a worker process of local rank {wlocal}",

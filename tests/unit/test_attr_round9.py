@@ -70,3 +70,17 @@ def test_a_node_failure_naming_a_survivor_names_the_node_srun_no_longer_lists(tm
     out = [*_banners(3), _NODE_FAIL, "srun: error: cx1: tasks 0-1: Killed", "srun: error: cx3: tasks 4-5: Killed"]
     v = analyze_run(_run(tmp_path, {"job.out": out})).verdict
     assert v.culprit.nodes == ("cx2",) and v.culprit.ranks == (2, 3) and v.action is Action.EXCLUDE_AND_RETRY
+
+
+def test_a_ray_task_error_names_its_workers_rank_and_the_host_that_worker_printed(tmp_path):
+    log = [f"(TorchTrainer pid=100, ip=10.0.0.1) - (node_id=ab, ip=10.0.0.{1 + r // 2}, pid={200 + r}) world_rank={r}, "
+           f"local_rank={r % 2}, node_rank={r // 2}" for r in range(4)]
+    log += [f"(RayTrainWorker pid={200 + r}, ip=10.0.0.{1 + r // 2}) [setup] socket.gethostname()=rn-{r // 2}"
+            for r in range(4)]
+    log += ["Traceback (most recent call last):", "  File \"x.py\", line 1, in f",
+            "ray.exceptions.RayTaskError(KeyError): ray::_Inner.train() (pid=100, ip=10.0.0.1, repr=TorchTrainer)",
+            "  File \"y.py\", line 2, in g",
+            "ray.exceptions.RayTaskError(KeyError): ray::_RayTrainWorker__execute.get_next() (pid=203, ip=10.0.0.2)",
+            "  File \"train.py\", line 214, in train_loop_per_worker", "KeyError: 'hard_negative'"]
+    v = analyze_run(_run(tmp_path, {"driver.log": log})).verdict
+    assert v.category is Category.APPLICATION and v.culprit.ranks == (3,) and v.culprit.nodes == ("rn-1",)
