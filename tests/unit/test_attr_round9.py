@@ -84,3 +84,13 @@ def test_a_ray_task_error_names_its_workers_rank_and_the_host_that_worker_printe
             "  File \"train.py\", line 214, in train_loop_per_worker", "KeyError: 'hard_negative'"]
     v = analyze_run(_run(tmp_path, {"driver.log": log})).verdict
     assert v.category is Category.APPLICATION and v.culprit.ranks == (3,) and v.culprit.nodes == ("rn-1",)
+
+
+def test_a_per_node_banner_with_a_range_of_global_ranks_places_the_silent_rank(tmp_path):
+    timeout = ("[rank{r}]:[E306 04:49:30.8 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation "
+               "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for "
+               "1800324 milliseconds before timing out.")
+    out = [f"[gx-20{n}] torchrun node_rank={n}: local ranks 0-3 -> global ranks {4 * n}-{4 * n + 3}" for n in range(3)]
+    out += [timeout.format(r=r) for r in range(12) if r != 6]
+    v = analyze_run(_run(tmp_path, {"job.out": out})).verdict
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (6,) and v.culprit.nodes == ("gx-201",)
