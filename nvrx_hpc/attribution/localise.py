@@ -43,6 +43,12 @@ _BANNER_HOST = rb"host(?:name)?[ =:][ \t]*([A-Za-z][\w-]*[\d-][\w.-]*)"
 _BANNER_RANK = rb"(?:global_|world_)?rank[ =:][ \t]*(\d{1,6})\b"
 _BANNERS = ((re.compile(rb"rank[ =:][ \t]*(\d{1,6})\b[^\n]{0,160}?(?<![\w-])" + _BANNER_HOST), 1, 2),
             (re.compile(_BANNER_HOST + rb"[^\n]{0,160}?(?<![\w-])" + _BANNER_RANK), 2, 1))
+# A per-node launcher's banner that names its host in the line's lead and the range of global ranks it
+# runs (`[gx-203] torchrun node_rank=2: local ranks 0-3 -> global ranks 8-11`, `[nid001229] rank 0-3 up`,
+# pdsh's `gx-203: ranks 8-11`); a local range is not the ranks.
+_RANGE_BANNER = re.compile(rb"(?m)^(?:\[([A-Za-z][\w-]*[\d-][\w.-]*)\]|([a-z][\w-]*[\d-][\w.-]*):) [^\n]{0,160}?"
+                           rb"(?<![\w-])(?<!local )(?:global )?ranks? (\d{1,6})-(\d{1,6})\b")
+_NOT_BANNER_HOSTS = re.compile(r"^(?:default|rank)\d+$")
 _WORD_BEFORE = re.compile(rb"(?:global_|world_)?\Z")
 _DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _SAMPLE = 256 * 1024
@@ -122,6 +128,8 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
             hosts.setdefault(int(rank), host.decode())
         for r, host in _banner_hosts(data):
             hosts.setdefault(r, host)
+        for r, host in _range_hosts(data):
+            hosts.setdefault(r, host)
         for m in _PREFIX_RANKS.finditer(data):
             found.add(int(next(g for g in m.groups() if g is not None)))
         for m in _DATED.finditer(data[:65536]):
@@ -152,6 +160,19 @@ def _banner_hosts(data: bytes) -> list[tuple[int, str]]:
     return found
 
 
+def _range_hosts(data: bytes) -> list[tuple[int, str]]:
+    """(rank, host) of per-node banners that map a host to a range of global ranks (see `_RANGE_BANNER`)."""
+    found: list[tuple[int, str]] = []
+    if b"rank" not in data:
+        return found
+    for m in _RANGE_BANNER.finditer(data):
+        host = (m.group(1) or m.group(2)).decode().rstrip(".")
+        lo, hi = int(m.group(3)), int(m.group(4))
+        if not _NOT_BANNER_HOSTS.match(host) and host.lower() not in _NOT_HOSTS and 0 <= hi - lo <= 1024:
+            found += [(r, host) for r in range(lo, hi + 1)]
+    return found
+
+
 def align_years(hits: Sequence[Hit], anchors: Iterable[float]) -> list[Hit]:
     """Move stamps that carry no year (syslog, journal short, glog) to the year that puts them nearest
     the job's dated stamps (ISO lines, `dmesg -T`, events, failure records)."""
@@ -177,15 +198,16 @@ def align_years(hits: Sequence[Hit], anchors: Iterable[float]) -> list[Hit]:
     return out
 
 
-def traceback_ranks(hits: Sequence[Hit], reach: int = 60) -> list[Hit]:
+def traceback_ranks(hits: Sequence[Hit], reach: int = 60, headers: tuple[str, ...] = ("traceback_start",)) -> list[Hit]:
     """A traceback's header names its rank (`[rank: 3] Traceback ...`), its lines often do not: an error
     line with no rank takes the rank of the nearest `Traceback` header above it in the same file (within
-    `reach` lines)."""
+    `reach` lines). Ray's `RayTaskError(...): ray::f() (pid=N, ...)` is such a header once its pid has a
+    rank (`headers=("ray_task_error",)` after `enrich`)."""
     last: dict[str, tuple[int, int | None]] = {}
     out = list(hits)
     for i in sorted(range(len(out)), key=lambda i: (out[i].source, out[i].line)):
         h = out[i]
-        if h.signature == "traceback_start":
+        if h.signature in headers:
             last[h.source] = (h.line, h.rank)
         elif h.rank is None and h.source in last:
             line, rank = last[h.source]

@@ -192,6 +192,15 @@ CATALOG: tuple[Signature, ...] = (
         ("oom_kill", "oom-kill", "OOM Killed", "Out Of Memory"), False, "Slurm's cgroup OOM killer ended tasks",
         ("slurmstepd: error: Detected 1 oom_kill event in StepId=11.0. Some of the step tasks have been OOM Killed.",),
     ),
+    Signature(  # context: which node Slurm lost, when its node-failure line names only a survivor (lost_node.py)
+        "slurm_node_not_responding", _H, _CTX,
+        r"(?:^Not responding\s+\S+\s+\S+\s+(?P<node>[A-Za-z][\w.\[\],-]*)\s*$|"
+        r"\bNodes? (?P<failed>[A-Za-z][\w.\[\],-]*) not responding|"
+        r"NodeName=(?P<host>[A-Za-z][\w.-]*)\s[^\n]*\bState=\S*NOT_RESPONDING)",
+        ("Not responding", "not responding", "NOT_RESPONDING"), None, "Slurm: node {node} not responding",
+        ("Not responding       slurm     2024-09-02T18:03:41 gpu-c-106",
+         "slurmctld: error: Nodes gpu-c-106 not responding"),
+    ),
     Signature(
         "node_failure", _H, _ROOT,
         r"(?:\*\*\* (?:JOB|STEP) [\d.]+\w* ON (?P<survivor>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE|"
@@ -420,6 +429,18 @@ CATALOG: tuple[Signature, ...] = (
         "ray_worker_rank", _F, _CTX, r"\bpid=(?P<pid>\d+)\) world_rank=(?P<rank>\d+)", ("world_rank=",), None,
         "Ray Train worker of rank {rank}",
         ("(TorchTrainer pid=93, ip=10.0.0.1) - (node_id=9c1e, ip=10.0.0.2, pid=18870) world_rank=4, local_rank=0",),
+    ),
+    Signature(  # a Ray worker's line that names its host: the pid of its prefix places that host (round 9)
+        "ray_worker_host", _F, _CTX,
+        r"^\(\w+ pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)[^\n]*?(?:\b|get)host(?:name)?(?:\(\))?[ =:][ \t]*"
+        r"(?P<node>[A-Za-z][\w-]*[\d-][\w.-]*)",
+        ("hostname", "host="), None, "Ray worker on {node}",
+        ("(RayTrainWorker pid=22416, ip=10.0.12.31) [setup] socket.gethostname()=raynode-b2 cuda:2",),
+    ),
+    Signature(  # Ray's remote error header names the worker process whose traceback follows (round 9)
+        "ray_task_error", _F, _CTX, r"RayTaskError(?:\((?P<exc>\w+)\))?: ray::\S+ \(pid=(?P<pid>\d+)",
+        ("RayTaskError",), None, "Ray task error in pid {pid}",
+        ("ray.exceptions.RayTaskError(KeyError): ray::_RayTrainWorker__execute.get_next() (pid=22416, ip=10.0.12.31)",),
     ),
     Signature(  # a `ps` row of a torchrun worker: pid, parent pid, its local rank (launchers.py makes it global)
         "ps_worker", _F, _CTX, r"^\s*(?P<wpid>\d+)\s+(?P<ppid>\d+)\s.*--local[-_]rank[= ](?P<wlocal>\d+)",

@@ -29,12 +29,14 @@ from nvrx_hpc.attribution.api import (
     TimelineEvent,
     Verdict,
 )
+from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, fabric_wide
 from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
 from nvrx_hpc.attribution.lone_exit import lone_exit_rank
+from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect
 from nvrx_hpc.attribution.resources import DiskRow, judge
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
@@ -327,10 +329,13 @@ def decide(f: Findings) -> Verdict:
     if category is Category.APPLICATION and root.kind == "log" and not ranks:
         ranks = lone_exit_rank(f.hits)  # an unranked traceback: the one task that exited on its own
     lost_too = root.category is Category.HOST and {n for c in causes if c.signature in _NODE_LOST for n in c.nodes}
+    lost: set[str] = set()
     if not ranks and (root.signature in _NODE_LOST or (lost_too and set(root.nodes) == lost_too)):
-        # The node was lost (a host fault that Slurm also reports as a node failure): all its ranks.
-        ranks = _ranks_of_lost_node({n for c in co for n in c.nodes}, universe, rank_nodes)
-    nodes = sorted(({n for c in co for n in c.nodes} if nodes_from_co else set())
+        # The node was lost (a host fault that Slurm also reports as a node failure): all its ranks. Slurm's
+        # line may name only a survivor: then the node Slurm or srun's teardown says is gone (lost_node.py).
+        lost = {n for c in co for n in c.nodes} or {n for n in (lost_host(f.hits, rank_nodes),) if n}
+        ranks = ranks_of_lost_node(lost, universe, rank_nodes)
+    nodes = sorted(({n for c in co for n in c.nodes} if nodes_from_co else set()) | lost
                    | {rank_nodes[r] for r in ranks if r in rank_nodes})  # fmt: skip
     gpus = sorted({g for c in co for g in c.gpus}) if nodes_from_co else []
     peer_unknown = False
@@ -344,6 +349,11 @@ def decide(f: Findings) -> Verdict:
             found_by = (f"; {peer.votes} of {peer.reporters} reporting hosts name their peer {peer.node}"
                         if peer.node else
                         f"; {peer.reporters} hosts report it and no one peer host stands out, so none is named")
+    downs = [(n, c.time, c.evidence.text) for c in co for n in c.nodes if c.signature == "nic_link_down"]
+    together = fabric_wide(downs) if root.signature == "nic_link_down" else 0
+    if together:  # links of several hosts lost at once: the switch they share, not one node (fabric.py)
+        ranks, nodes, gpus = [], [], []
+        found_by = f"; {together} hosts lost their links within {FABRIC_WINDOW_S:.0f} s: the fabric, not one node"
     # A host resource that ran out (memory, a disk, /dev/shm): the job's demand, one node's state or a
     # shared file system's (resources.py).
     resource = judge(root.signature, root.evidence.text, root.time, ranks, nodes, hits=f.hits,
@@ -420,25 +430,6 @@ def _short_hosts(names: Sequence[str]) -> list[str]:
         if short not in out:
             out.append(short)
     return out
-
-
-def _ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: dict[int, str]) -> list[int]:
-    """The ranks of a node that failed print nothing: they are the job's ranks that no source places on
-    another node, when those are one node's share (as many as each other node holds, when they hold the
-    same number; else at most as many as the fullest)."""
-    if len(lost) != 1 or not universe:
-        return []
-    # Else the ranks a source places on the lost node itself (srun's `nid7: tasks 20-23: Killed`).
-    placed = sorted(r for r, n in rank_nodes.items() if n in lost)
-    elsewhere = defaultdict(set)
-    for r, n in rank_nodes.items():
-        if n not in lost:
-            elsewhere[n].add(r)
-    left = universe - {r for rs in elsewhere.values() for r in rs}
-    shares = {len(rs) for rs in elsewhere.values()}
-    if not left or not shares or len(left) > max(shares) or (len(shares) == 1 and len(left) not in shares):
-        return placed
-    return sorted(left)
 
 
 def _ranks_under_gpu(root: _Cause, causes: list[_Cause], rank_nodes: dict[int, str]) -> set[int]:

@@ -1,0 +1,75 @@
+"""Which node a node failure lost, and its ranks (rounds 4, 8 and 9).
+
+Slurm's `*** JOB 12 ON n1 CANCELLED AT ... DUE TO NODE FAILURE ***` names the node the step's
+slurmstepd ran on, a survivor; the lost node prints nothing. Two sources name it:
+
+- Slurm itself: `sinfo -R` (`Not responding  slurm  2024-09-02T18:03:41  n6`), slurmctld's `Nodes n6
+  not responding`, a one-line `scontrol -o show node` with `State=DOWN+NOT_RESPONDING`: the one job
+  host so reported (or the one host, when the job's hosts are unknown).
+- srun's teardown: it lists the tasks it saw end on every node it still hears from (`n1: tasks 0-7:
+  Killed`); a node of the job (placed by a banner, a prefix) that those lists leave out, when exactly
+  one is, is the node srun no longer hears from.
+
+Its ranks are the job's ranks no source places on another node, when they are one node's share.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from nvrx_hpc.attribution.api import Hit
+
+__all__ = ["lost_host", "ranks_of_lost_node"]
+
+_BRACKET = re.compile(r"^([^\[]*)\[([\d,-]+)\](.*)$")
+
+
+def _hosts(names: str) -> list[str]:
+    """`gpu-c-[105,107-108]` -> its hosts; a plain name -> itself."""
+    m = _BRACKET.match(names)
+    if not m:
+        return [names]
+    out = []
+    for part in m.group(2).split(","):
+        lo, _, hi = part.partition("-")
+        width = len(lo)
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out += [f"{m.group(1)}{i:0{width}d}{m.group(3)}" for i in range(int(lo), int(hi or lo) + 1)]
+    return out
+
+
+def lost_host(hits: Sequence[Hit], rank_nodes: Mapping[int, str]) -> str | None:
+    """The node Slurm lost when its node-failure lines name only a survivor (see the module doc)."""
+    job_hosts = set(rank_nodes.values())
+    reported = {host for h in hits if h.signature == "slurm_node_not_responding"
+                for host in _hosts(h.node or h.fields.get("host", ""))}  # fmt: skip
+    reported.discard("")
+    named = reported & job_hosts if job_hosts else reported
+    if len(named) == 1:
+        return next(iter(named))
+    heard = {h.node for h in hits if h.signature == "srun_task_exit" and h.node}
+    unheard = job_hosts - heard
+    if heard and heard <= job_hosts and len(unheard) == 1:
+        return next(iter(unheard))
+    return None
+
+
+def ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: Mapping[int, str]) -> list[int]:
+    """The ranks of a node that failed print nothing: they are the job's ranks that no source places on
+    another node, when those are one node's share (as many as each other node holds, when they hold the
+    same number; else at most as many as the fullest)."""
+    if len(lost) != 1 or not universe:
+        return []
+    # Else the ranks a source places on the lost node itself (srun's `nid7: tasks 20-23: Killed`).
+    placed = sorted(r for r, n in rank_nodes.items() if n in lost)
+    elsewhere = defaultdict(set)
+    for r, n in rank_nodes.items():
+        if n not in lost:
+            elsewhere[n].add(r)
+    left = universe - {r for rs in elsewhere.values() for r in rs}
+    shares = {len(rs) for rs in elsewhere.values()}
+    if not left or not shares or len(left) > max(shares) or (len(shares) == 1 and len(left) not in shares):
+        return placed
+    return sorted(left)

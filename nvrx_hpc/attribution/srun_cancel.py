@@ -1,0 +1,35 @@
+"""A step cancel that srun itself caused is teardown, not a user's cancel (round 9).
+
+`*** STEP 12.0 ON n1 CANCELLED AT ... ***` with no `DUE TO` reason is what Slurm prints both when a
+user runs `scancel` and when srun kills the step because one task exited with a code of its own
+(`--kill-on-bad-exit`, srun's `Terminating StepId=12.0`). In the second case srun reports that task
+first (`srun: error: n3: task 10: Exited with exit code 1`): the cancel follows from that exit, and
+what made the task exit is not the scheduler. Every cancel line of that step, in any file (the job's
+`.err` often holds the cancel line alone), is then context: on the timeline, never a cause.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from nvrx_hpc.attribution.api import Hit, Role
+
+__all__ = ["own_cancels"]
+
+
+def own_cancels(hits: Sequence[Hit]) -> list[Hit]:
+    """Demote to context the reasonless cancel lines of a step srun killed after a task's own exit."""
+    first_exit: dict[str, int] = {}  # file -> line of the first task srun saw exit with a code
+    for h in hits:
+        if h.signature == "srun_task_exit" and h.fields.get("code", "0") not in ("", "0"):
+            first_exit[h.source] = min(first_exit.get(h.source, h.line), h.line)
+    steps = {h.fields.get("job") for h in hits
+             if h.signature == "slurm_cancelled" and not h.fields.get("why")
+             and h.source in first_exit and first_exit[h.source] < h.line}  # fmt: skip
+    steps.discard(None)
+    if not steps:
+        return list(hits)
+    return [dataclasses.replace(h, role=Role.CONTEXT)
+            if h.signature == "slurm_cancelled" and not h.fields.get("why") and h.fields.get("job") in steps else h
+            for h in hits]  # fmt: skip
