@@ -1,0 +1,90 @@
+"""The catalog's last part: context lines that only localise (rank -> node, the world size, which process
+a traceback or a remote error belongs to, stacks inside a collective). They come after every other
+signature (signatures.py), so a line that also matches a failure is classified as that failure."""
+
+from __future__ import annotations
+
+from nvrx_hpc.attribution.api import Category, Role
+from nvrx_hpc.attribution.signature_record import Signature
+
+__all__ = ["LOCALISING"]
+
+_A, _F, _D = Category.APPLICATION, Category.FRAMEWORK_CRASH, Category.DISTRIBUTED_HANG
+_CTX = Role.CONTEXT
+
+LOCALISING: tuple[Signature, ...] = (
+    Signature(
+        "nccl_comm_init", _D, _CTX,
+        r"^(?P<node>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO (?:ncclCommInitRank )?comm 0x[0-9a-f]+ "
+        r"rank (?P<rank>\d+) n[Rr]anks (?P<world>\d+)",
+        ("nranks", "nRanks"), None, "NCCL communicator of {world} ranks",
+        ("n3:2231:2290 [5] NCCL INFO comm 0x55d0c0 rank 13 nranks 16 cudaDev 5 busId ab000 - Init COMPLETE",
+         "n3:2231:2290 [5] NCCL INFO comm 0x55a8167a rank 13 nRanks 16 nNodes 2 localRanks 8 localRank 5 MNNVL 0"),
+    ),
+    Signature(
+        "world_size", _D, _CTX,
+        r"(?:\bworld_size[=:] ?(?P<world>\d+)|\bWORLD_SIZE=(?P<world2>\d+)|GLOBAL_RANK: (?P<rank>\d+), MEMBER: "
+        r"\d+/(?P<world3>\d+))",
+        ("world_size", "WORLD_SIZE", "GLOBAL_RANK"), None, "world size",
+        ("Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4",),
+    ),
+    Signature(
+        "elastic_box_host", _F, _CTX, r"^\s+host\s+: (?P<node>[A-Za-z0-9][\w.-]*)\s*$", ("host      :",), None,
+        "torchrun failure on host {node}", ("  host      : dgx-b-04",),
+    ),
+    Signature(
+        "elastic_box_time", _F, _CTX, r"^\s+time\s+: (?P<at>\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d)\s*$",
+        ("time      :",), None, "torchrun failure time", ("  time      : 2024-08-23_13:16:09",),
+    ),
+    Signature(
+        "elastic_box_exit", _F, _CTX, r"^\s+exitcode\s+: (?P<code>-?\d+) \(pid: (?P<pid>\d+)\)",
+        ("exitcode  :",), None, "torchrun failure exit code {code}", ("  exitcode  : -6 (pid: 402117)",),
+    ),
+    Signature(  # DeepSpeed's launcher: which global ranks each host runs
+        "ds_rank_mapping", _F, _CTX,
+        r"global_rank_mapping=(?:defaultdict\(<class 'list'>, )?(?P<mapping>\{[^}]*\})",
+        ("global_rank_mapping",), None, "DeepSpeed rank mapping",
+        ("n1: [INFO] [launch.py:162:main] global_rank_mapping=defaultdict(<class 'list'>, {'n1': [0], 'n2': [1]})",),
+    ),
+    Signature(  # Ray Train lists its workers' pids with their global ranks; its log prefix names the pid
+        "ray_worker_rank", _F, _CTX, r"\bpid=(?P<pid>\d+)\) world_rank=(?P<rank>\d+)", ("world_rank=",), None,
+        "Ray Train worker of rank {rank}",
+        ("(TorchTrainer pid=93, ip=10.0.0.1) - (node_id=9c1e, ip=10.0.0.2, pid=18870) world_rank=4, local_rank=0",),
+    ),
+    Signature(  # a Ray worker's line that names its host: the pid of its prefix places that host (round 9)
+        "ray_worker_host", _F, _CTX,
+        r"^\(\w+ pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)[^\n]*?(?:\b|get)host(?:name)?(?:\(\))?[ =:][ \t]*"
+        r"(?P<node>[A-Za-z][\w-]*[\d-][\w.-]*)",
+        ("hostname", "host="), None, "Ray worker on {node}",
+        ("(RayTrainWorker pid=22416, ip=10.0.12.31) [setup] socket.gethostname()=raynode-b2 cuda:2",),
+    ),
+    Signature(  # Ray's remote error header names the worker process whose traceback follows (round 9)
+        "ray_task_error", _F, _CTX, r"RayTaskError(?:\((?P<exc>\w+)\))?: ray::\S+ \(pid=(?P<pid>\d+)",
+        ("RayTaskError",), None, "Ray task error in pid {pid}",
+        ("ray.exceptions.RayTaskError(KeyError): ray::_RayTrainWorker__execute.get_next() (pid=22416, ip=10.0.12.31)",),
+    ),
+    Signature(  # a `ps` row of a torchrun worker: pid, parent pid, its local rank (launchers.py makes it global)
+        "ps_worker", _F, _CTX, r"^\s*(?P<wpid>\d+)\s+(?P<ppid>\d+)\s.*--local[-_]rank[= ](?P<wlocal>\d+)",
+        ("--local-rank", "--local_rank"), None, "a worker process of local rank {wlocal}",
+        ("1188204 1188190 Dl   cl_sync_io_wait      /p/venv/bin/python -u train.py --local-rank=6",),
+    ),
+    Signature(  # a `ps` row of torchrun itself: which node it is and how many workers it runs
+        "ps_launcher", _F, _CTX,
+        r"^\s*(?P<lpid>\d+)\s+\d+\s(?=.*--nproc[-_]per[-_]node[= ](?P<nproc>\d+))"
+        r"(?=.*--node[-_]rank[= ](?P<node_rank>\d+)).*torchrun",
+        ("--node_rank", "--node-rank"), None, "torchrun of node rank {node_rank}",
+        ("1188190 1188101 Sl do_wait /p/venv/bin/torchrun --nnodes 2 --nproc_per_node 8 --node_rank 1 train.py",),
+    ),
+    Signature(
+        "elastic_box_rank", _F, _CTX, r"^\s+rank\s+: (?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)",
+        ("(local_rank:",), None, "torchrun failure of rank", ("  rank      : 6 (local_rank: 6)",),
+    ),
+    Signature(
+        "stack_in_collective", _D, _CTX, r"distributed_c10d\.py", ("distributed_c10d",), None,
+        "a stack inside a collective", ("    all_reduce (torch/distributed/distributed_c10d.py:2501)",),
+    ),
+    Signature(
+        "traceback_start", _A, _CTX, r"Traceback \(most recent call last\):", ("Traceback",), None,
+        "Python traceback", ("Traceback (most recent call last):",),
+    ),
+)
