@@ -110,7 +110,7 @@ class Bench:
                     continue
                 script = argv.split(b"\0")[1:2]
                 if script and script[0].endswith((b"train_ckpt.py", b"train_inprocess.py")) and marker in argv \
-                        and f"SLURM_PROCID={rank}".encode() in environ:
+                        and _task_slot(environ) == rank:
                     return int(entry.name)
             time.sleep(0.2)
         raise SystemExit(f"no rank {rank} of {name}")
@@ -334,5 +334,16 @@ def main() -> None:
             print(f"{kind:6} {label:24} {nv:>30} {bv:>24} {'' if ratio is None else f'{ratio:.1f}x':>7}")
 
 
+def _task_slot(environ: list[bytes]) -> int | None:
+    """A training task's number in its job: its Slurm task id, plus the first slot of its step when it runs in
+    an in-process refill step (NVRX_IP_SLOT_BASE)."""
+    values = dict(item.split(b"=", 1) for item in environ if b"=" in item)
+    try:
+        return int(values.get(b"SLURM_PROCID", b"")) + int(values.get(b"NVRX_IP_SLOT_BASE", b"0") or b"0")
+    except ValueError:
+        return None
+
+
 if __name__ == "__main__":
     main()
+
