@@ -25,7 +25,7 @@ launched by mpirun or srun. Ratios (goal in brackets):
   restore_lost_vs_local  load() with one node's burst buffer wiped / load() with all local    [<= 1.5]
 Times are the slowest rank's; medians over --iters, after warm-up saves (in a VM the first touch of memory
 that tmpfs has never used costs several times a steady-state write).
-dcp_adapter_vs_copy times max(5, --iters) rounds after one that sets up the adapter's host copy, its kept
+dcp_adapter_vs_copy times max(15, --iters) rounds after one that sets up the adapter's host copy, its kept
 thread and that thread's gloo group. Each round, on every rank: (1) a bare copy of the state (Tensor.copy_ per
 tensor) into host memory allocated and filled in round 0, then (2) the whole
 `nvrx_hpc.ckpt.dcp.async_save(state, storage_writer=DcpWriter(...), checkpoint_id=...)` call until it returns:
@@ -38,9 +38,9 @@ oversubscribed host's cores from the ranks being timed. Each side: the slowest r
 over the rounds. The other figures use MPI barriers and reductions (`bare_copy_s` there includes
 the spinning neighbours).
 dcp_adapter_vs_copy on the 2-core dev VM shared with other sessions (docs/checkpoint.md, DCP section; medians
-of 5 runs): 1.19 with `--size-mib 64 --iters 3` (4 ranks, load 14-18; 1.26 at load 5-6; cpu 1.08-1.10; torch's
-dcp.async_save in the same rounds 2.21 and 1.40), 1.02 with `--ranks 2` as well (load 15-16; torch's 1.23),
-1.01 with `--size-mib 256 --iters 3` (load 7-17; torch's 1.19).
+of 5 runs, 15 rounds each): 1.16 with `--size-mib 64 --iters 3` (4 ranks, load 11-17; 1.07 with 5 rounds at
+load 13-18; torch's dcp.async_save in the same rounds 1.36 and 1.28), 1.05 with `--ranks 2` as well (one run,
+load 7-9; torch's 1.34), 0.86 with `--size-mib 256 --iters 3` (one run, load 9-18; torch's 1.44).
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def worker(args: argparse.Namespace) -> int:
         cpu[name].append(time.thread_time() - c)
         return out
 
-    for i in range(max(5, args.iters) + 1):  # round 0 sets up the host copy, the kept thread and its group, dst
+    for i in range(max(15, args.iters) + 1):  # round 0 sets up the host copy, the kept thread and its group, dst
         timed_round("copy", copy)
         writer = DcpWriter(root, failure_domain=f"node{rank}")
         future = timed_round("kept", dcp_async_save, state_dict=keyed, storage_writer=writer,

@@ -10,7 +10,7 @@ errors raised by result()) and the same files, written by torch's synchronous `d
 torch's async_save starts a ThreadPoolExecutor and a thread per call and wraps four calls in its logging; on a
 busy host the caller also waits for the scheduler to start that thread. Here the caller copies the state into
 the adapter's kept host copy (ckpt.dcp_stage) and queues it; one thread, started by the first call, runs the
-saves in call order.
+saves in call order, each after a barrier on the saves' group: the thread sleeps until every rank has staged.
 
 The save's collectives (DCP's plan gather/scatter, its final reduce) run on a gloo group of their own, made by
 the first call on every rank (collectively, in the caller) and again after the default group was replaced: on
@@ -62,6 +62,11 @@ class _Worker:
             del job
             if future.set_running_or_notify_cancel():
                 try:
+                    if not kwargs["no_dist"]:
+                        # sleep in gloo until every rank staged: the save's planning before its first collective
+                        # (about 1 ms of CPU a rank) would otherwise take a shared host's cores from the ranks
+                        # still copying, whose blocking part is the one every rank waits for at its next step
+                        dist.barrier(group=kwargs["process_group"])
                     future.set_result(dcp.save(staged, **kwargs))
                 except BaseException as exc:  # noqa: BLE001 - every error goes to result(), as torch's executor
                     future.set_exception(exc)

@@ -2,7 +2,7 @@
 
 A save through it loads with plain DCP on another number of ranks, while the training thread runs collectives
 on the default group; a writer's error surfaces on result() and the thread goes on; SIGKILL at random moments
-of a save loop leaves every `latest` loadable.
+of a save loop leaves every `latest` loadable; no rank's save starts before every rank has staged.
 """
 
 from __future__ import annotations
@@ -142,3 +142,34 @@ def save_and_load_stateful(rank: int, world: int, root: str) -> None:
 
 def test_a_stateful_value_is_saved_as_its_state_dict(tmp_path):
     base.run(save_and_load_stateful, 1, str(tmp_path))  # in a child: pytest's process never starts the thread
+
+
+class _MarkedWriter(DcpWriter):  # notes when DCP first calls into it from the kept thread (the save's start)
+    started = 0.0
+
+    def reset(self, checkpoint_id=None) -> None:  # noqa: ANN001 - as DcpWriter.reset
+        type(self).started = time.monotonic()
+        super().reset(checkpoint_id)
+
+
+def save_with_a_late_rank(rank: int, world: int, bb: str) -> None:
+    state = {"w": torch.full((64,), float(rank))}
+    for step in (1, 2):  # the first call makes the saves' group, collectively: the second is the one checked
+        writer = _MarkedWriter(bb, failure_domain="ab"[rank])
+        dist.barrier()
+        if rank == 1 and step == 2:
+            time.sleep(0.5)  # still staging, for the others' kept threads
+        called = time.monotonic()
+        async_save(state, storage_writer=writer, checkpoint_id=f"s{step}").result()
+        writer.wait_committed()
+    marks = [None] * world
+    dist.all_gather_object(marks, (called, _MarkedWriter.started))
+    last_call = max(c for c, _ in marks)
+    assert all(started >= last_call for _, started in marks), marks  # CLOCK_MONOTONIC: one host
+
+
+def test_no_rank_starts_its_save_before_every_rank_staged(tmp_path):
+    bb = tmp_path / "bb"
+    base.run(save_with_a_late_rank, 2, str(bb / "{domain}"))
+    for d in "ab":
+        assert os.readlink(bb / d / LATEST) == "s2"
