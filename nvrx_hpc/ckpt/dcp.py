@@ -25,6 +25,7 @@ import re
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,18 @@ from nvrx_hpc.ckpt.settings import default_failure_domain
 from nvrx_hpc.core.errors import CheckpointError
 
 __all__ = ["DcpWriter", "DcpReader", "dcp_drain", "committed_versions", "async_save", "LATEST"]
+
+
+# Writers whose background commit may still run when the interpreter exits: one exit hook settles them all
+# (a hook per writer would keep every writer of a writer-per-save loop alive).
+_LIVE_WRITERS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _settle_live_writers() -> None:
+    for writer in list(_LIVE_WRITERS):
+        writer._settle_committer()
+
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +170,7 @@ class DcpWriter(FileSystemWriter):
         self.cache_staging = bool(cache_staging)
         self._go: threading.Event | None = None  # set from stage() to synchronize_staging() of an async_save
         self._stager = 0  # the thread that called stage(): it never waits for _go itself
-        atexit.register(self._settle_committer)
+        _LIVE_WRITERS.add(self)  # settled at exit without being kept alive by it
 
     # -- dcp.async_save's blocking part, in the training thread ---------------------------------------------
     _synchronize_after_execute = True  # async_save calls synchronize_staging once the save's thread started
