@@ -202,17 +202,19 @@ def traceback_ranks(hits: Sequence[Hit], reach: int = 60, headers: tuple[str, ..
     """A traceback's header names its rank (`[rank: 3] Traceback ...`), its lines often do not: an error
     line with no rank takes the rank of the nearest `Traceback` header above it in the same file (within
     `reach` lines). Ray's `RayTaskError(...): ray::f() (pid=N, ...)` is such a header once its pid has a
-    rank (`headers=("ray_task_error",)` after `enrich`)."""
-    last: dict[str, tuple[int, int | None]] = {}
+    rank (`headers=("ray_task_error",)` after `enrich`). A header's rank that is torchrun's local one
+    (`tee_local`) goes with that mark, for `enrich` to make global."""
+    last: dict[str, tuple[int, int | None, str | None]] = {}
     out = list(hits)
     for i in sorted(range(len(out)), key=lambda i: (out[i].source, out[i].line)):
         h = out[i]
         if h.signature in headers:
-            last[h.source] = (h.line, h.rank)
+            last[h.source] = (h.line, h.rank, h.fields.get("tee_local"))
         elif h.rank is None and h.source in last:
-            line, rank = last[h.source]
+            line, rank, tee = last[h.source]
             if rank is not None and 0 < h.line - line <= reach:
-                out[i] = dataclasses.replace(h, rank=rank)
+                fields = h.fields if tee is None else {**h.fields, "tee_local": tee}
+                out[i] = dataclasses.replace(h, rank=rank, fields=fields)
     return out
 
 
