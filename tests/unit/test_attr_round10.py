@@ -74,3 +74,25 @@ def test_rank_prefixes_are_read_outside_in():
     assert torch_rank_prefixes("3: [default1]:[rank1]:[rank9]:[W] x") == (1, 9)
     assert torch_rank_prefixes("[rank2]:KeyError: 'a'") == (2, None)
     assert torch_rank_prefixes("KeyError: 'a'") == (None, None)
+
+
+def _shm(rank: int) -> str:
+    return (f"[1,{rank}]<stderr>:RuntimeError: DataLoader worker (pid 3{rank}) is killed by signal: Bus error. It is "
+            "possible that dataloader's workers are out of shared memory. Please try to raise your shared memory limit.")
+
+
+def test_mpiruns_display_map_places_the_ranks_of_a_full_dev_shm_on_their_node(tmp_path):
+    table = [" ========================   JOB MAP   ========================"]
+    for i, host in enumerate(("cz-07", "cz-08", "cz-09")):
+        table += [f" Data for node: {host}\tNum slots: 2\tMax slots: 0\tNum procs: 2"]
+        table += [f" \tProcess OMPI jobid: [7,1] App: 0 Process rank: {r} Bound: N/A" for r in (i, i + 3)]
+    table += [" ============================================================="]
+    v = analyze_run(_run(tmp_path, {"mpirun.log": [*table, _shm(1), _shm(4)]})).verdict
+    assert v.category is Category.HOST and v.culprit.ranks == (1, 4) and v.culprit.nodes == ("cz-08",)
+    assert v.restartable
+
+
+def test_mpiruns_report_bindings_place_ranks_too(tmp_path):
+    binds = [f"[cz-0{7 + r % 3}:411{r}] MCW rank {r} bound to socket 0[core {r}[hwt 0]]: [B/./.]" for r in range(6)]
+    v = analyze_run(_run(tmp_path, {"mpirun.log": [*binds, _shm(2), _shm(5)]})).verdict
+    assert v.culprit.nodes == ("cz-09",) and v.restartable
