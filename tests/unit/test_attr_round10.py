@@ -77,8 +77,9 @@ def test_rank_prefixes_are_read_outside_in():
 
 
 def _shm(rank: int) -> str:
-    return (f"[1,{rank}]<stderr>:RuntimeError: DataLoader worker (pid 3{rank}) is killed by signal: Bus error. It is "
-            "possible that dataloader's workers are out of shared memory. Please try to raise your shared memory limit.")
+    return (f"[1,{rank}]<stderr>:RuntimeError: DataLoader worker (pid 3{rank}) is killed by signal: Bus error. "
+            "It is possible that dataloader's workers are out of shared memory. Please try to raise your shared "
+            "memory limit.")
 
 
 def test_mpiruns_display_map_places_the_ranks_of_a_full_dev_shm_on_their_node(tmp_path):
