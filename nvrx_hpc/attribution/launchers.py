@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Hit
 from nvrx_hpc.attribution.lines import parse_time, ranks_of
+from nvrx_hpc.attribution.local_ranks import file_local_maps
 
 __all__ = ["enrich", "name_victims", "name_oom_victims", "NOT_HOSTS"]
 
@@ -168,6 +169,7 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
         if box.local is not None:
             local_global[(source, box.local)].add(box.rank)
         exits[(source, line + 1)] = box
+    file_maps = file_local_maps(hits)
     out = []
     for h in hits:
         rank, node, when = h.rank, h.node, h.time
@@ -176,6 +178,8 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
         tee = _int(h.fields.get("tee_local"))
         if tee is not None and len(local_global.get((h.source, tee), ())) == 1:
             rank = next(iter(local_global[(h.source, tee)]))  # torchrun's local rank -> its box's global one
+        elif tee is not None and tee in file_maps.get(h.source, {}):
+            rank = file_maps[h.source][tee]  # ... or the one its file's rendezvous or command line gives
         if h.signature == "ds_launcher_exit" and node in mapping:
             local = _int(h.fields.get("local_rank"))
             ranks = mapping[node]
@@ -183,8 +187,10 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
         if rank is None:
             pid = _pid(h)
             rank = pid_rank.get(pid) if pid else None
-        if rank is None and h.signature == "elastic_child_failed" and not launchers:
-            rank = _int(h.fields.get("local_rank"))
+        if rank is None and h.signature == "elastic_child_failed":
+            local = _int(h.fields.get("local_rank"))
+            mapped = file_maps.get(h.source, {}).get(local) if local is not None else None
+            rank = mapped if mapped is not None else None if launchers else local
         if rank is None and len(in_box.get(h.source, ())) == 1:
             rank = next(iter(in_box[h.source]))
         box = boxes.get((h.source, h.line)) or exits.get((h.source, h.line))

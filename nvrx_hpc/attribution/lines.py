@@ -16,7 +16,7 @@ from nvrx_hpc.attribution.api import Hit
 from nvrx_hpc.attribution.signatures import CATALOG, Signature, exception_role
 
 __all__ = ["classify_line", "parse_time", "read_header", "LineContext", "split_prefix", "split_prefixes", "ranks_of",
-           "MAX_TEXT"]
+           "MAX_TEXT", "torch_rank_prefixes"]
 
 MAX_TEXT = 400  # characters of a line kept in a hit
 
@@ -93,22 +93,43 @@ def split_prefixes(line: str) -> tuple[int | None, str | None, str]:
     return rank, node, rest
 
 
-def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None, tuple[int, bool] | None]:
-    """`split_prefixes` plus the local rank when the rank is only torchrun's `[defaultN]`, and srun's or
-    mpirun's label with whether torch's own rank prefix stood beside it."""
-    rank = node = local = label = None
-    torch = False
+def torch_rank_prefixes(line: str) -> tuple[int | None, int | None]:
+    """The `[rankN]:` prefixes of a line after srun's, mpirun's, a host's and torchrun's `[defaultN]:`
+    ones: (outer, inner); inner is not None only for a doubled `[rank2]:[rank6]:`."""
+    line = _outer_prefixes(line)[-1]
+    m = _TEE_RANK.match(line)
+    line = line[m.end() :] if m else line
+    m = _TORCH_RANK.match(line)
+    if not m:
+        return None, None
+    inner = _TORCH_RANK.match(line[m.end() :])
+    return int(m.group(1)), int(inner.group(1)) if inner else None
+
+
+def _outer_prefixes(line: str) -> tuple[int | None, str | None, str]:
+    """(srun's or mpirun's label, a pdsh host, the rest) after a collector's stamp."""
+    label = node = None
     m = _LEAD.match(line)
     if m:
         line = line[m.end() :]
     m = _SRUN_LABEL.match(line) or _MPI_RANK.match(line)
     if m:
-        rank = label = int(m.group(1) or m.group(2) if m.re is _SRUN_LABEL else m.group(1))
+        label = int(m.group(1) or m.group(2) if m.re is _SRUN_LABEL else m.group(1))
         line = line[m.end() :]
     m = _HOST_PREFIX.match(line)
     if m:
         node = m.group("host")
         line = line[m.end() :]
+    return label, node, line
+
+
+def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None, tuple[int, bool] | None]:
+    """`split_prefixes` plus the local rank when the rank is only torchrun's `[defaultN]`, and srun's or
+    mpirun's label with whether torch's own rank prefix stood beside it."""
+    local = None
+    torch = False
+    label, node, line = _outer_prefixes(line)
+    rank = label
     m = _TEE_RANK.match(line)
     if m:
         local = int(m.group(1))
@@ -119,6 +140,10 @@ def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None,
     if m:
         rank, torch = int(m.group(1)), True
         line = line[m.end() :]
+        m = _TORCH_RANK.match(line)  # `[rank2]:[rank6]:`: torchrun's local prefix (`--role rank`), then torch's
+        if m:
+            rank = int(m.group(1))
+            line = line[m.end() :]
     labelled = (label, torch) if label is not None else None
     if rank is None and local is not None:
         return local, node, line, local, labelled
@@ -261,6 +286,9 @@ def classify_line(
         fields.setdefault("pid", nccl.group("pid"))
     if label is not None:  # srun's task: the rank, unless srun started launchers (localise.launcher_tasks)
         fields["task_label" if label[1] else "srun_label"] = str(label[0])
+    outer, inner = torch_rank_prefixes(raw) if "]:[rank" in raw else (None, None)
+    if inner is not None and inner == rank and outer is not None:
+        fields["rank_tee"] = str(outer)  # torchrun's local prefix outside torch's global one (local_ranks.py)
     if tee_local is not None and rank == tee_local:
         fields["tee_local"] = str(tee_local)  # the rank is torchrun's local one (see localise.enrich)
     if node is None:

@@ -48,6 +48,13 @@ _BANNERS = ((re.compile(rb"rank[ =:][ \t]*(\d{1,6})\b[^\n]{0,160}?(?<![\w-])" + 
 # pdsh's `gx-203: ranks 8-11`); a local range is not the ranks.
 _RANGE_BANNER = re.compile(rb"(?m)^(?:\[([A-Za-z][\w-]*[\d-][\w.-]*)\]|([a-z][\w-]*[\d-][\w.-]*):) [^\n]{0,160}?"
                            rb"(?<![\w-])(?<!local )(?:global )?ranks? (\d{1,6})-(\d{1,6})\b")
+# mpirun's `--display-map` table (`Data for node: n-31 ...`, then a `Process rank: 2` row per process) and
+# `--report-bindings` lines (`[n-31:4410] MCW rank 2 bound to ...`, Open MPI 5: `[n-31:4410] Rank 2 bound`):
+# with `--map-by node` the only rank -> host map a log may have (round 10).
+_MPI_NODE = re.compile(rb"Data for node: ([A-Za-z][\w.-]*)")
+_MPI_PROC = re.compile(rb"Process (?:OMPI )?jobid: \S+ App: \d+ Process rank: (\d{1,6})")
+_MPI_MAP_END = re.compile(rb"\n\s*={8,}")
+_MPI_BINDING = re.compile(rb"\[([A-Za-z][\w-]*[\d-][\w.-]*):\d+\] (?:MCW )?[Rr]ank (\d{1,6}) (?:bound|is not bound)")
 _NOT_BANNER_HOSTS = re.compile(r"^(?:default|rank)\d+$")
 _WORD_BEFORE = re.compile(rb"(?:global_|world_)?\Z")
 _DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
@@ -106,7 +113,8 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
     ranks named by line prefixes (`12: `, `[rank12]:`, `[default12]:`; a rank that prints nothing wrong
     still prints at start-up or at its end), a few dated stamps (to put yearless ones in their year), the
     hosts those prefixes and start-up banners pair with a rank, the hosts lines pair with an address
-    (`peers`), and the rows of `df` listings (`resources`)."""
+    (`peers`), and the rows of `df` listings (`resources`). mpirun's `--display-map` table and
+    `--report-bindings` lines pair hosts with ranks too."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -129,6 +137,8 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
         for r, host in _banner_hosts(data):
             hosts.setdefault(r, host)
         for r, host in _range_hosts(data):
+            hosts.setdefault(r, host)
+        for r, host in _mpi_hosts(data):
             hosts.setdefault(r, host)
         for m in _PREFIX_RANKS.finditer(data):
             found.add(int(next(g for g in m.groups() if g is not None)))
@@ -173,6 +183,22 @@ def _range_hosts(data: bytes) -> list[tuple[int, str]]:
     return found
 
 
+def _mpi_hosts(data: bytes) -> list[tuple[int, str]]:
+    """(rank, host) of mpirun's `--display-map` table and `--report-bindings` lines (see `_MPI_NODE`)."""
+    found: list[tuple[int, str]] = []
+    if b"Data for node: " in data:
+        nodes = list(_MPI_NODE.finditer(data))
+        for i, m in enumerate(nodes):
+            stop = nodes[i + 1].start() if i + 1 < len(nodes) else len(data)
+            end = _MPI_MAP_END.search(data, m.end(), stop)
+            host = m.group(1).decode()
+            if host.lower() not in _NOT_HOSTS:
+                found += [(int(r), host) for r in _MPI_PROC.findall(data, m.end(), end.start() if end else stop)]
+    if b"ank " in data and b"bound" in data:
+        found += [(int(r), host.decode()) for host, r in _MPI_BINDING.findall(data)]
+    return found
+
+
 def align_years(hits: Sequence[Hit], anchors: Iterable[float]) -> list[Hit]:
     """Move stamps that carry no year (syslog, journal short, glog) to the year that puts them nearest
     the job's dated stamps (ISO lines, `dmesg -T`, events, failure records)."""
@@ -202,17 +228,19 @@ def traceback_ranks(hits: Sequence[Hit], reach: int = 60, headers: tuple[str, ..
     """A traceback's header names its rank (`[rank: 3] Traceback ...`), its lines often do not: an error
     line with no rank takes the rank of the nearest `Traceback` header above it in the same file (within
     `reach` lines). Ray's `RayTaskError(...): ray::f() (pid=N, ...)` is such a header once its pid has a
-    rank (`headers=("ray_task_error",)` after `enrich`)."""
-    last: dict[str, tuple[int, int | None]] = {}
+    rank (`headers=("ray_task_error",)` after `enrich`). A header's rank that is torchrun's local one
+    (`tee_local`) goes with that mark, for `enrich` to make global."""
+    last: dict[str, tuple[int, int | None, str | None]] = {}
     out = list(hits)
     for i in sorted(range(len(out)), key=lambda i: (out[i].source, out[i].line)):
         h = out[i]
         if h.signature in headers:
-            last[h.source] = (h.line, h.rank)
+            last[h.source] = (h.line, h.rank, h.fields.get("tee_local"))
         elif h.rank is None and h.source in last:
-            line, rank = last[h.source]
+            line, rank, tee = last[h.source]
             if rank is not None and 0 < h.line - line <= reach:
-                out[i] = dataclasses.replace(h, rank=rank)
+                fields = h.fields if tee is None else {**h.fields, "tee_local": tee}
+                out[i] = dataclasses.replace(h, rank=rank, fields=fields)
     return out
 
 

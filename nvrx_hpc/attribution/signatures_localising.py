@@ -75,6 +75,21 @@ LOCALISING: tuple[Signature, ...] = (
         ("--node_rank", "--node-rank"), None, "torchrun of node rank {node_rank}",
         ("1188190 1188101 Sl do_wait /p/venv/bin/torchrun --nnodes 2 --nproc_per_node 8 --node_rank 1 train.py",),
     ),
+    Signature(  # torchrun's command line: its node rank and workers give each local rank its global one,
+        # and `--role rank` makes its tee prefix `[rank<local>]:` (local_ranks.py, round 10)
+        "torchrun_cmd", _F, _CTX,
+        r"(?=.*--nproc[-_]per[-_]node[= ](?P<nproc>\d+)\b)(?=.*--node[-_]rank[= ](?P<node_rank>\d+)\b)"
+        r"(?=(?:.*--role[= ](?P<role>\w+))?).*\b(?:torchrun|torch\.distributed\.(?:run|launch))\b",
+        ("--node_rank", "--node-rank"), None, "torchrun of node rank {node_rank}",
+        ("+ torchrun --nnodes=2 --node-rank=1 --nproc-per-node=4 --role rank --tee 3 -m torchtitan.train",),
+    ),
+    Signature(  # torchrun's rendezvous result: the global ranks of this node's local ranks (round 10)
+        "elastic_rdzv_ranks", _F, _CTX,
+        r"(?:\blocal_ranks=\[(?P<locals>[\d, ]*)\][^\n]*?)?\b(?P<which>global|role)_ranks=\[(?P<globals>[\d, .-]*)\]",
+        ("global_ranks=", "role_ranks="), None, "torchrun's global ranks on this node",
+        ("I1016 21:04:09.399974 77186 torch/distributed/elastic/agent/server/api.py:525]   "
+         "global_ranks=[8, 9, 10, 11, 12, 13, 14, 15]",),
+    ),
     Signature(
         "elastic_box_rank", _F, _CTX, r"^\s+rank\s+: (?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)",
         ("(local_rank:",), None, "torchrun failure of rank", ("  rank      : 6 (local_rank: 6)",),

@@ -1,0 +1,102 @@
+"""torchrun's local ranks, made global per file (round 10).
+
+A per-node torchrun tags each worker's lines with its *local* rank: `[default5]:`, or `[rank5]:` when it
+runs with `--role rank` (torchtitan's scripts do), which looks like torch's own global `[rank13]:` prefix.
+A file says which it is, and what each local rank's global rank is, in other lines:
+
+- its command line: `--role rank` (the `[rankN]:` prefix is local), `--node-rank R --nproc-per-node P`
+  (local L is global R*P+L);
+- torchrun's rendezvous result: `global_ranks=[8, ..., 15]` (with `local_ranks=[...]`, else 0, 1, ...);
+- a doubled prefix `[rank2]:[rank6]:` (torchrun's local prefix outside torch's own global one).
+
+`mark_local_prefixes` marks a hit whose rank is such a local `[rankN]:` prefix as local (the
+`tee_local` field `[defaultN]:` already sets); `file_local_maps` gives each file's local -> global map,
+which `launchers.enrich` applies with the failure boxes'. Pure functions over hits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+
+from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.lines import torch_rank_prefixes
+
+__all__ = ["mark_local_prefixes", "file_local_maps"]
+
+_ITEM = re.compile(r"(\d+)\s*(?:(?:\.\.|-)\s*(\d+))?")
+
+
+def _numbers(text: str) -> list[int]:
+    """`8, 9, 10` or `8..15` or `8-15` -> the ranks in order."""
+    out: list[int] = []
+    for m in _ITEM.finditer(text):
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi - lo > 100_000:
+            return []
+        out.extend(range(lo, hi + 1))
+    return out
+
+
+def _local_role_sources(hits: Sequence[Hit]) -> set[str]:
+    """Files whose `[rankN]:` prefix is torchrun's local one: its command line says `--role rank`, or a
+    line carries both prefixes with different ranks."""
+    found = set()
+    for h in hits:
+        if h.signature == "torchrun_cmd" and h.fields.get("role") == "rank":
+            found.add(h.source)
+        elif "rank_tee" in h.fields and h.fields["rank_tee"] != str(h.rank):
+            found.add(h.source)
+    return found
+
+
+def mark_local_prefixes(hits: Sequence[Hit]) -> list[Hit]:
+    """In a file where torchrun's `[rankN]:` prefix is local, a hit whose rank is that prefix (and no
+    global one beside it) is marked local (`tee_local`), as `[defaultN]:` is."""
+    local_files = _local_role_sources(hits)
+    if not local_files:
+        return list(hits)
+    out = []
+    for h in hits:
+        if h.source in local_files and h.rank is not None and "tee_local" not in h.fields:
+            outer, inner = torch_rank_prefixes(h.text)
+            if outer == h.rank and inner is None:
+                h = dataclasses.replace(h, fields={**h.fields, "tee_local": str(h.rank)})
+        out.append(h)
+    return out
+
+
+def file_local_maps(hits: Sequence[Hit]) -> dict[str, dict[int, int]]:
+    """source -> {local rank: global rank} from the file's rendezvous result, doubled prefixes and
+    command line, in that order of trust (a local rank two sources disagree on keeps the first)."""
+    rdzv: dict[str, dict[int, int]] = defaultdict(dict)
+    role: dict[str, dict[int, int]] = defaultdict(dict)
+    pairs: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
+    cmd: dict[str, tuple[int, int]] = {}
+    for h in hits:
+        if h.signature == "elastic_rdzv_ranks":
+            ranks = _numbers(h.fields.get("globals", ""))
+            locals_ = _numbers(h.fields["locals"]) if "locals" in h.fields else list(range(len(ranks)))
+            target = rdzv if h.fields.get("which") == "global" else role
+            if ranks and len(locals_) == len(ranks):
+                for local, rank in zip(locals_, ranks, strict=True):
+                    target[h.source].setdefault(local, rank)
+        elif h.signature == "torchrun_cmd":
+            cmd.setdefault(h.source, (int(h.fields["node_rank"]), int(h.fields["nproc"])))
+        elif "rank_tee" in h.fields and h.rank is not None:
+            pairs[h.source][int(h.fields["rank_tee"])].add(h.rank)
+    out: dict[str, dict[int, int]] = {}
+    for source in {*rdzv, *role, *pairs, *cmd}:
+        found = dict(rdzv.get(source) or role.get(source) or {})
+        for local, ranks in pairs.get(source, {}).items():
+            if len(ranks) == 1:
+                found.setdefault(local, next(iter(ranks)))
+        if source in cmd:
+            node_rank, nproc = cmd[source]
+            for local in range(nproc):
+                found.setdefault(local, node_rank * nproc + local)
+        out[source] = found
+    return out
+
