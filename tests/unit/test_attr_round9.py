@@ -4,19 +4,10 @@ worker, a start-up banner that maps a host to a range of ranks."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from _attr_helpers import write_run
 
 from nvrx_hpc.attribution.analyze import analyze_run
 from nvrx_hpc.attribution.api import Action, Category
-
-
-def _run(tmp_path: Path, files: dict[str, list[str]]) -> Path:
-    run = tmp_path / "run"
-    for name, lines in files.items():
-        (run / name).parent.mkdir(parents=True, exist_ok=True)
-        (run / name).write_text("\n".join(lines) + "\n")
-    return run
-
 
 _CANCEL = "slurmstepd: error: *** STEP 77.0 ON gq1 CANCELLED AT 2024-10-30T02:41:12 ***"
 
@@ -24,13 +15,13 @@ _CANCEL = "slurmstepd: error: *** STEP 77.0 ON gq1 CANCELLED AT 2024-10-30T02:41
 def test_a_step_cancel_after_a_tasks_own_exit_is_srun_teardown_not_the_scheduler(tmp_path):
     out = ["srun: error: gq3: task 5: Exited with exit code 1", "srun: Terminating StepId=77.0", _CANCEL,
            "srun: error: gq1: tasks 0-2: Terminated", "srun: error: gq3: task 3-4: Terminated"]
-    v = analyze_run(_run(tmp_path, {"job.out": out, "job.err": ["UserWarning: something", _CANCEL]})).verdict
+    v = analyze_run(write_run(tmp_path, {"job.out": out, "job.err": ["UserWarning: something", _CANCEL]})).verdict
     assert v.category is Category.UNKNOWN and v.action is Action.RETRY and v.culprit.nodes == ()
 
 
 def test_a_step_cancel_before_any_task_exit_stays_a_users_cancel(tmp_path):
     out = [_CANCEL, "srun: error: gq3: task 5: Exited with exit code 1", "srun: error: gq1: tasks 0-4: Terminated"]
-    v = analyze_run(_run(tmp_path, {"job.out": out})).verdict
+    v = analyze_run(write_run(tmp_path, {"job.out": out})).verdict
     assert v.category is Category.SCHEDULER
 
 
@@ -41,12 +32,12 @@ def _link(host: str, second: int) -> list[str]:
 
 def test_links_lost_on_several_hosts_at_once_name_the_fabric_not_a_node(tmp_path):
     files = {f"rc-a0{i}.kern.log": _link(f"rc-a0{i}", 50 - i) for i in range(1, 4)}
-    v = analyze_run(_run(tmp_path, files)).verdict
+    v = analyze_run(write_run(tmp_path, files)).verdict
     assert v.category is Category.NETWORK and v.culprit.nodes == () and v.action is Action.RETRY
 
 
 def test_a_link_lost_on_one_host_still_names_it(tmp_path):
-    v = analyze_run(_run(tmp_path, {"rc-a02.kern.log": _link("rc-a02", 50)})).verdict
+    v = analyze_run(write_run(tmp_path, {"rc-a02.kern.log": _link("rc-a02", 50)})).verdict
     assert v.culprit.nodes == ("rc-a02",) and v.action is Action.EXCLUDE_AND_RETRY
 
 
@@ -62,13 +53,13 @@ def test_a_node_failure_naming_a_survivor_names_the_node_sinfo_reports_not_respo
     out = [*_banners(3), _NODE_FAIL]
     sinfo = ["$ sinfo -R", "REASON               USER      TIMESTAMP           NODELIST",
              "Not responding       slurm     2024-09-02T18:03:41 cx[3,9]"]
-    v = analyze_run(_run(tmp_path, {"job.out": out, "sinfo.txt": sinfo})).verdict
+    v = analyze_run(write_run(tmp_path, {"job.out": out, "sinfo.txt": sinfo})).verdict
     assert v.category is Category.HOST and v.culprit.nodes == ("cx3",) and v.culprit.ranks == (4, 5)
 
 
 def test_a_node_failure_naming_a_survivor_names_the_node_srun_no_longer_lists(tmp_path):
     out = [*_banners(3), _NODE_FAIL, "srun: error: cx1: tasks 0-1: Killed", "srun: error: cx3: tasks 4-5: Killed"]
-    v = analyze_run(_run(tmp_path, {"job.out": out})).verdict
+    v = analyze_run(write_run(tmp_path, {"job.out": out})).verdict
     assert v.culprit.nodes == ("cx2",) and v.culprit.ranks == (2, 3) and v.action is Action.EXCLUDE_AND_RETRY
 
 
@@ -82,7 +73,7 @@ def test_a_ray_task_error_names_its_workers_rank_and_the_host_that_worker_printe
             "  File \"y.py\", line 2, in g",
             "ray.exceptions.RayTaskError(KeyError): ray::_RayTrainWorker__execute.get_next() (pid=203, ip=10.0.0.2)",
             "  File \"train.py\", line 214, in train_loop_per_worker", "KeyError: 'hard_negative'"]
-    v = analyze_run(_run(tmp_path, {"driver.log": log})).verdict
+    v = analyze_run(write_run(tmp_path, {"driver.log": log})).verdict
     assert v.category is Category.APPLICATION and v.culprit.ranks == (3,) and v.culprit.nodes == ("rn-1",)
 
 
@@ -92,5 +83,5 @@ def test_a_per_node_banner_with_a_range_of_global_ranks_places_the_silent_rank(t
                "1800324 milliseconds before timing out.")
     out = [f"[gx-20{n}] torchrun node_rank={n}: local ranks 0-3 -> global ranks {4 * n}-{4 * n + 3}" for n in range(3)]
     out += [timeout.format(r=r) for r in range(12) if r != 6]
-    v = analyze_run(_run(tmp_path, {"job.out": out})).verdict
+    v = analyze_run(write_run(tmp_path, {"job.out": out})).verdict
     assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (6,) and v.culprit.nodes == ("gx-201",)
