@@ -33,6 +33,7 @@ from nvrx_hpc.attribution.localise import (
     sample_file,
     traceback_ranks,
 )
+from nvrx_hpc.attribution.prompts import place_by_prompts
 from nvrx_hpc.attribution.resources import DiskRow
 from nvrx_hpc.attribution.scanner import Scanner
 from nvrx_hpc.attribution.srun_cancel import own_cancels
@@ -128,6 +129,8 @@ def _scan_logs(
             ctx = LineContext(source, rank=rank, node=node_of_file(path, files.root) or host_dirs.get(path.parent),
                               year=year, file_index=index)
             found = scanner.scan_file(path, ctx)
+            if ctx.node is None:
+                found = place_by_prompts(found, path)
             sampled = sample_file(path)
             seen_ranks.update(sampled.ranks)
             dated.extend(sampled.dated)

@@ -1,0 +1,89 @@
+"""Shell prompts in a pasted terminal session: the output under `[kvoss@gpu-b07 ~]$ nvidia-smi -q` or
+`root@node12:/var/log# dmesg -T` is that host's, up to the next prompt.
+
+Users paste what they ran on a node while it failed (dmesg, nvidia-smi, df, ibstat, py-spy). The prompt
+names the node; no line of the output does. Only commands that look at the machine they run on place their
+output (`tail slurm-42.out` on a login node shows every node's lines); `ssh <host> cmd` and `srun -w <host>
+cmd` place it on that host instead of the prompt's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from nvrx_hpc.attribution.api import Hit
+
+__all__ = ["prompt_hosts", "place_by_prompts"]
+
+_MAX_BYTES = 1 << 20  # a pasted session; a large log is a program's output, not a terminal's
+# `[user@host ~]$ cmd`, `user@host:~/run$ cmd`, `(venv) root@host:/# cmd`; the host's domain is dropped
+_PROMPT = re.compile(rb"(?m)^(?:\([\w.-]+\) )?\[?[a-z_][\w.-]*@([A-Za-z][\w-]*)[\w.-]*(?::[^\s$#]*|\s[^\n$#\]]{0,80})"
+                     rb"\]?[$#] ?([^\n]*)$")
+# Commands whose output describes the machine they run on (after `sudo`, `time`, an env assignment).
+_LOCAL = frozenset({
+    "dmesg", "journalctl", "nvidia-smi", "nvidia-bug-report.sh", "dcgmi", "df", "du", "free", "ibstat",
+    "ibstatus", "ibv_devinfo", "ibdev2netdev", "ip", "ifconfig", "ethtool", "mlxlink", "py-spy", "gdb", "ps",
+    "pgrep", "top", "uptime", "mount", "lsof", "ls", "cat", "grep", "egrep", "tail", "head", "less", "zgrep",
+    "sensors", "ipmitool", "lspci", "numactl", "ulimit", "hostname", "date",
+})
+_WRAPPERS = frozenset({"sudo", "time", "nice", "command", "env"})
+_SHARED_FILE = re.compile(r"slurm-\d|\.out\b|\.err\b|/(?:lustre|gpfs|scratch|home|shared|nfs|project)s?/")
+_REMOTE = re.compile(r"(?:^|[;&|(]\s*)(?:ssh(?:\s+-\S+(?:\s+\d+)?)*\s+(?:[\w.-]+@)?([A-Za-z][\w-]*)|"
+                     r"srun\b[^;|&]*?(?:-w\s*|--nodelist[= ])([A-Za-z][\w-]*[\d-][\w-]*))")
+_NOT_HOSTS = frozenset({"localhost"})
+
+
+def _command_host(prompt_host: str, command: str) -> str | None:
+    """The host whose state `command`'s output shows, or None when it may show other hosts' lines."""
+    remote = _REMOTE.search(command)
+    if remote:
+        host = remote.group(1) or remote.group(2)
+        return None if host.lower() in _NOT_HOSTS else host
+    words = [w for w in command.split() if "=" not in w.split("/")[0]]  # drop `FOO=1` assignments
+    while words and words[0] in _WRAPPERS:
+        words.pop(0)
+    if not words or words[0].rsplit("/", 1)[-1] not in _LOCAL:
+        return None
+    if words[0] in {"cat", "grep", "egrep", "tail", "head", "less", "zgrep"} and _SHARED_FILE.search(command):
+        return None  # a job log on shared storage, read from wherever the user was logged in
+    return prompt_host
+
+
+def prompt_hosts(data: bytes) -> list[tuple[int, str | None]]:
+    """(line number, host or None) of each prompt in `data`, 1-based lines as the scanner counts them; None
+    ends the previous prompt's host without giving one (a command whose output is not one machine's)."""
+    found: list[tuple[int, str | None]] = []
+    if b"@" not in data:
+        return found
+    line, pos = 1, 0
+    for m in _PROMPT.finditer(data):
+        line += data.count(b"\n", pos, m.start())
+        pos = m.start()
+        host = m.group(1).decode()
+        found.append((line, _command_host(host, m.group(2).decode(errors="replace"))))
+    return found
+
+
+def place_by_prompts(hits: Sequence[Hit], path: Path) -> list[Hit]:
+    """`hits` of one file, those with no node given the host of the prompt above them (see the module)."""
+    if not hits or all(h.node for h in hits):
+        return list(hits)
+    try:
+        if path.stat().st_size > _MAX_BYTES:
+            return list(hits)
+        prompts = prompt_hosts(path.read_bytes())
+    except OSError:
+        return list(hits)
+    if not prompts:
+        return list(hits)
+    starts = [line for line, _ in prompts]
+    placed: list[Hit] = []
+    for h in hits:
+        at = bisect.bisect_right(starts, h.line) - 1
+        host = prompts[at][1] if at >= 0 and not h.node else None
+        placed.append(dataclasses.replace(h, node=host) if host else h)
+    return placed
