@@ -33,7 +33,7 @@ from nvrx_hpc.attribution.localise import (
     sample_file,
     traceback_ranks,
 )
-from nvrx_hpc.attribution.prompts import place_by_prompts
+from nvrx_hpc.attribution.prompts import place_by_prompts, read_prompts
 from nvrx_hpc.attribution.resources import DiskRow
 from nvrx_hpc.attribution.scanner import Scanner
 from nvrx_hpc.attribution.srun_cancel import own_cancels
@@ -110,10 +110,12 @@ def _job_id(files: RunFiles, events: Sequence[Any], hits: Sequence[Hit], given: 
 def _scan_logs(
     scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int],
     dated: list[float], rank_hosts: dict[int, str], addr_hosts: dict[str, str], disks: list[DiskRow],
+    listed: set[str],
 ) -> tuple[list[Hit], int]:
     """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show,
     `dated` a few of their dated stamps, `rank_hosts` the hosts their prefixes pair with ranks,
-    `addr_hosts` the hosts their lines pair with network addresses, `disks` their `df` rows."""
+    `addr_hosts` the hosts their lines pair with network addresses, `disks` their `df` rows, `listed` the
+    hosts of the nodelists they print."""
     hits: list[Hit] = []
     scanned = 0
     # A directory a kernel log is named by (`node036/dmesg.txt`) is that host's: its other files are too.
@@ -129,8 +131,10 @@ def _scan_logs(
             ctx = LineContext(source, rank=rank, node=node_of_file(path, files.root) or host_dirs.get(path.parent),
                               year=year, file_index=index)
             found = scanner.scan_file(path, ctx)
-            if ctx.node is None:
-                found = place_by_prompts(found, path)
+            prompts, env_ranks = read_prompts(path)
+            found = place_by_prompts(found, prompts, file_host=ctx.node)
+            for r, host in env_ranks.items():
+                rank_hosts.setdefault(r, host)
             sampled = sample_file(path)
             seen_ranks.update(sampled.ranks)
             dated.extend(sampled.dated)
@@ -139,6 +143,7 @@ def _scan_logs(
             for addr, host in sampled.addresses.items():
                 addr_hosts.setdefault(addr, host)
             disks.extend(sampled.disks)
+            listed.update(sampled.listed)
             if rank is not None:
                 seen_ranks.add(rank)
         except OSError as exc:
@@ -191,7 +196,9 @@ def analyze(
     rank_hosts: dict[int, str] = {}
     addr_hosts: dict[str, str] = {}
     disks: list[DiskRow] = []
-    hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks)
+    listed: set[str] = set()
+    hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks,
+                               listed)
     for r in records:
         if r.traceback:
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
@@ -207,7 +214,7 @@ def analyze(
         problems.extend(fr.problems)
     verdict = decide(
         Findings(hits=hits, records=records, events=events, health=health, fr=fr, job_state=job_state,
-                 job_nodes=tuple(job_nodes), seen_ranks=frozenset(seen_ranks),
+                 job_nodes=tuple(job_nodes), listed_nodes=frozenset(listed), seen_ranks=frozenset(seen_ranks),
                  rank_hosts=rank_hosts, addr_hosts=addr_hosts, stamps=tuple(dated), disks=tuple(disks))
     )  # fmt: skip
     inputs = {

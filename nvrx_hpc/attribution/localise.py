@@ -21,6 +21,7 @@ from nvrx_hpc.attribution.lines import LEAD_STAMP, parse_time, ranks_of
 from nvrx_hpc.attribution.peers import sample_addresses
 from nvrx_hpc.attribution.resources import DiskRow, file_host, sample_disks
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
+from nvrx_hpc.slurm.hostlist import HostlistError, expand
 
 __all__ = ["node_of_file", "traceback_ranks", "sample_file", "FileSample", "align_years", "enrich", "drop_recovered",
            "name_oom_victims", "name_victims", "rank_nodes", "known_ranks", "hang_suspects"]
@@ -57,6 +58,10 @@ _MPI_MAP_END = re.compile(rb"\n\s*={8,}")
 _MPI_BINDING = re.compile(rb"\[([A-Za-z][\w-]*[\d-][\w.-]*):\d+\] (?:MCW )?[Rr]ank (\d{1,6}) (?:bound|is not bound)")
 _NOT_BANNER_HOSTS = re.compile(r"^(?:default|rank)\d+$")
 _WORD_BEFORE = re.compile(rb"(?:global_|world_)?\Z")
+# a job's nodelist: a hostlist (a bracket, or several names) after a word that says it is the job's nodes
+_NODELIST = re.compile(rb"(?i)(?:(?<![a-z])node_?list|\bnodes|\brunning on|\ballocated)[=: ]+\s*"
+                       rb"([a-z][\w-]*\[[\d,-]+\][\w-]*(?:,[a-z][\w-]*(?:\[[\d,-]+\])?[\w-]*)*|"
+                       rb"[a-z][\w-]*\d(?:,[a-z][\w-]*\d)+)(?![\w\[-])")
 _DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _SAMPLE = 256 * 1024
 _FLAG = re.compile(r"^(?:[A-Za-z]|iso|short|short-iso)$")  # dmesg -T, journalctl -k / -o short-iso
@@ -106,6 +111,7 @@ class FileSample(NamedTuple):
     hosts: dict[int, str]
     addresses: dict[str, str]
     disks: list[DiskRow]
+    listed: frozenset[str] = frozenset()  # the job's nodes, from a nodelist the log prints (`_NODELIST`)
 
 
 def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
@@ -148,7 +154,19 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
                 dated.append(t)
             if len(dated) >= 8:
                 break
-    return FileSample(found, dated, hosts, addresses, disks)
+    return FileSample(found, dated, hosts, addresses, disks, frozenset(_listed_nodes(head)))
+
+
+def _listed_nodes(data: bytes) -> set[str]:
+    """The hosts of a job's nodelist as a script or launcher prints it (`SLURM_JOB_NODELIST=gpu-f[01-04]`,
+    `Running on gpu-f[01-04]`, `nodes: gpu-k[01-02]`, `NodeList=n[1-2]`): the job ran on all of them."""
+    found: set[str] = set()
+    for m in _NODELIST.finditer(data[:65536]):
+        try:
+            found.update(expand(m.group(1).decode()))
+        except (HostlistError, UnicodeDecodeError):
+            continue
+    return found
 
 
 def _banner_hosts(data: bytes) -> list[tuple[int, str]]:

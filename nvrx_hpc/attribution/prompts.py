@@ -17,7 +17,7 @@ from pathlib import Path
 
 from nvrx_hpc.attribution.api import Hit
 
-__all__ = ["prompt_hosts", "place_by_prompts"]
+__all__ = ["prompt_hosts", "env_rank_hosts", "read_prompts", "place_by_prompts"]
 
 _MAX_BYTES = 1 << 20  # a pasted session; a large log is a program's output, not a terminal's
 # `[user@host ~]$ cmd`, `user@host:~/run$ cmd`, `(venv) root@host:/# cmd`; the host's domain is dropped
@@ -30,11 +30,15 @@ _LOCAL = frozenset({
     "pgrep", "top", "uptime", "mount", "lsof", "ls", "cat", "grep", "egrep", "tail", "head", "less", "zgrep",
     "sensors", "ipmitool", "lspci", "numactl", "ulimit", "hostname", "date",
 })
+# what a command reads from these is the machine's own state, whatever the command
+_MACHINE_FILES = re.compile(r"(?:^|[\s<])/(?:proc|sys|var/log|dev/shm)/")
 _WRAPPERS = frozenset({"sudo", "time", "nice", "command", "env"})
 _SHARED_FILE = re.compile(r"slurm-\d|\.out\b|\.err\b|/(?:lustre|gpfs|scratch|home|shared|nfs|project)s?/")
 _REMOTE = re.compile(r"(?:^|[;&|(]\s*)(?:ssh(?:\s+-\S+(?:\s+\d+)?)*\s+(?:[\w.-]+@)?([A-Za-z][\w-]*)|"
                      r"srun\b[^;|&]*?(?:-w\s*|--nodelist[= ])([A-Za-z][\w-]*[\d-][\w-]*))")
 _NOT_HOSTS = frozenset({"localhost"})
+# one variable per line, as `env`, `printenv` and `/proc/<pid>/environ` split on NULs print them
+_ENV_RANK = re.compile(rb"(?m)^(?:export )?(?:RANK|SLURM_PROCID|OMPI_COMM_WORLD_RANK|PMI_RANK)=(\d{1,6})\s*$")
 
 
 def _command_host(prompt_host: str, command: str) -> str | None:
@@ -43,7 +47,11 @@ def _command_host(prompt_host: str, command: str) -> str | None:
     if remote:
         host = remote.group(1) or remote.group(2)
         return None if host.lower() in _NOT_HOSTS else host
+    if _MACHINE_FILES.search(command):
+        return prompt_host
     words = [w for w in command.split() if "=" not in w.split("/")[0]]  # drop `FOO=1` assignments
+    if words and words[0] in {"env", "printenv"} and (len(words) == 1 or words[1] == "|"):
+        return prompt_host
     while words and words[0] in _WRAPPERS:
         words.pop(0)
     if not words or words[0].rsplit("/", 1)[-1] not in _LOCAL:
@@ -68,22 +76,46 @@ def prompt_hosts(data: bytes) -> list[tuple[int, str | None]]:
     return found
 
 
-def place_by_prompts(hits: Sequence[Hit], path: Path) -> list[Hit]:
-    """`hits` of one file, those with no node given the host of the prompt above them (see the module)."""
-    if not hits or all(h.node for h in hits):
-        return list(hits)
+def env_rank_hosts(data: bytes, prompts: Sequence[tuple[int, str | None]]) -> dict[int, str]:
+    """rank -> host of environment listings under a prompt (`tr '\\0' '\\n' < /proc/77134/environ`, `env |
+    grep RANK`): a `RANK=9` line is a process of that host."""
+    found: dict[int, str] = {}
+    if not prompts or b"RANK=" not in data:
+        return found
+    starts = [line for line, _ in prompts]
+    line, pos = 1, 0
+    for m in _ENV_RANK.finditer(data):
+        line += data.count(b"\n", pos, m.start())
+        pos = m.start()
+        at = bisect.bisect_right(starts, line) - 1
+        if at >= 0 and prompts[at][1]:
+            found.setdefault(int(m.group(1)), prompts[at][1])
+    return found
+
+
+def read_prompts(path: Path) -> tuple[list[tuple[int, str | None]], dict[int, str]]:
+    """The prompts of a pasted session (`prompt_hosts`) and the ranks its environment listings place
+    (`env_rank_hosts`); nothing for a file too large to be one."""
     try:
         if path.stat().st_size > _MAX_BYTES:
-            return list(hits)
-        prompts = prompt_hosts(path.read_bytes())
+            return [], {}
+        data = path.read_bytes()
     except OSError:
-        return list(hits)
-    if not prompts:
+        return [], {}
+    prompts = prompt_hosts(data)
+    return prompts, env_rank_hosts(data, prompts)
+
+
+def place_by_prompts(hits: Sequence[Hit], prompts: Sequence[tuple[int, str | None]],
+                     file_host: str | None = None) -> list[Hit]:
+    """`hits` of one file given the host of the prompt above them (see the module): those with no node, and
+    those whose node is only the file's name's guess (`dmesg_f02.txt` under `[u@gpu-f02 ~]$ dmesg -T`)."""
+    if not hits or not prompts:
         return list(hits)
     starts = [line for line, _ in prompts]
     placed: list[Hit] = []
     for h in hits:
         at = bisect.bisect_right(starts, h.line) - 1
-        host = prompts[at][1] if at >= 0 and not h.node else None
+        host = prompts[at][1] if at >= 0 and (not h.node or h.node == file_host) else None
         placed.append(dataclasses.replace(h, node=host) if host else h)
     return placed

@@ -157,13 +157,15 @@ def _oom_is_global(node: str | None, hits: Sequence[Hit]) -> bool:
 def judge(
     signature: str, text: str, when: float | None, ranks: Sequence[int], nodes: Sequence[str], *,
     hits: Sequence[Hit], rank_nodes: Mapping[int, str], disks: Sequence[DiskRow], stamps: Iterable[float],
+    job_nodes: Iterable[str] = (),
 ) -> Judgement | None:
     """The verdict's culprit and restart decision for a root cause that is a host resource running out;
-    None for any other root cause (or one this rule leaves as the catalog says)."""
-    ranks, nodes = tuple(ranks), tuple(nodes)
+    None for any other root cause (or one this rule leaves as the catalog says). `job_nodes`: the job's
+    nodes as Slurm or a nodelist in the logs gives them, beside those the ranks are placed on."""
+    ranks, nodes, job_nodes = tuple(ranks), tuple(nodes), tuple(job_nodes)
     alone_why = "; it ran out on the job's only node, so it is the job's demand"
     if signature == "shm_exhausted":
-        if len(nodes) == 1 and _other_nodes(nodes, rank_nodes):
+        if len(nodes) == 1 and _other_nodes(nodes, rank_nodes, job_nodes):
             return Judgement(ranks, nodes, True, True, "; the job's other nodes ran the same work without it")
         return None
     if signature == "disk_full":
@@ -174,7 +176,7 @@ def judge(
             host = nodes[0]
         if host is not None:
             writers = tuple(r for r in ranks if rank_nodes.get(r, host) == host)
-            if _other_nodes((host,), rank_nodes, spared):
+            if _other_nodes((host,), rank_nodes, (*spared, *job_nodes)):
                 why = f"; the node-local disk of {host} filled while the job's other nodes ran the same work"
                 return Judgement(writers, (host,), True, True, why)
             return Judgement(writers, (host,), False, False, alone_why)
@@ -183,7 +185,7 @@ def judge(
                              "; several ranks found it full, so the shared file system is full, not one rank's disk")
         return Judgement(ranks, nodes, False, False, "; one writer filled it: the job's demand")
     if signature in HOST_OOM:
-        if len(nodes) == 1 and _oom_is_global(nodes[0], hits) and _other_nodes(nodes, rank_nodes):
+        if len(nodes) == 1 and _oom_is_global(nodes[0], hits) and _other_nodes(nodes, rank_nodes, job_nodes):
             why = f"; the kernel found all of {nodes[0]}'s memory used while the job's other nodes ran the same work"
             return Judgement(ranks, nodes, True, True, why)
         if _ran_long(when, stamps):

@@ -94,6 +94,13 @@ LOCALISING: tuple[Signature, ...] = (
         "elastic_box_rank", _F, _CTX, r"^\s+rank\s+: (?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)",
         ("(local_rank:",), None, "torchrun failure of rank", ("  rank      : 6 (local_rank: 6)",),
     ),
+    Signature(  # a start-up line that names a process's global rank and its pid (round 11): the kernel's OOM
+        # kill or an Xid that names only the pid then names that rank; `local_rank` is not the rank
+        "rank_pid_banner", _D, _CTX,
+        r"(?<![\w-])(?:global_|world_)?rank[ =:(]\s*(?P<rank>\d{1,6})\)?[^\n]{0,120}?(?<![\w-])pid[ =:]\s*(?P<pid>\d+)",
+        ("pid",), None, "process {pid} of rank {rank}",
+        ("| distributed init (rank 6): env://, gpu 2, pid 1843377", "[init] rank=12 local_rank=4 pid=88213"),
+    ),
     Signature(
         "stack_in_collective", _D, _CTX, r"distributed_c10d\.py", ("distributed_c10d",), None,
         "a stack inside a collective", ("    all_reduce (torch/distributed/distributed_c10d.py:2501)",),

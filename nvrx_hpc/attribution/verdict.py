@@ -81,6 +81,7 @@ class Findings:
     fr: FRReport | None = None
     job_state: str | None = None
     job_nodes: Sequence[str] = ()
+    listed_nodes: frozenset[str] = frozenset()  # hosts of the nodelists the logs print (the job's nodes)
     seen_ranks: frozenset[int] = frozenset()
     rank_hosts: Mapping[int, str] = field(default_factory=dict)  # from line prefixes that are no hit
     addr_hosts: Mapping[str, str] = field(default_factory=dict)  # network address -> host (peers.py)
@@ -357,7 +358,8 @@ def decide(f: Findings) -> Verdict:
     # A host resource that ran out (memory, a disk, /dev/shm): the job's demand, one node's state or a
     # shared file system's (resources.py).
     resource = judge(root.signature, root.evidence.text, root.time, ranks, nodes, hits=f.hits,
-                     rank_nodes=rank_nodes, disks=f.disks, stamps=f.stamps) if root.kind == "log" else None  # fmt: skip
+                     rank_nodes=rank_nodes, disks=f.disks, stamps=f.stamps,
+                     job_nodes=(*f.job_nodes, *f.listed_nodes)) if root.kind == "log" else None  # fmt: skip
     if resource is not None:
         gpus = gpus if list(resource.nodes) == nodes else []
         ranks, nodes = list(resource.ranks), list(resource.nodes)
