@@ -327,6 +327,10 @@ def decide(f: Findings) -> Verdict:
                           and h.signature == root.signature for r in ranks_of(h.fields.get("tasks", ""))}  # fmt: skip
     if root.kind == "log" and len(named) >= 2 and universe and named >= universe:
         ranks, nodes_from_co = [], False  # every rank failed the same way: the job's code or data, not one rank
+    if category is Category.UNKNOWN and root.kind == "log" and root.strength == 1:
+        ended = {h.node for h in f.hits if h.signature == root.signature and h.node}
+        if len(ended) >= 2 and ended >= {h.node for h in f.hits if h.node} | set(f.listed_nodes) | set(f.job_nodes):
+            ranks, nodes_from_co = [], False  # every node of the job ended alike (srun's tasks may be launchers)
     if category is Category.APPLICATION and root.kind == "log" and not ranks:
         ranks = lone_exit_rank(f.hits)  # an unranked traceback: the one task that exited on its own
     lost_too = root.category is Category.HOST and {n for c in causes if c.signature in _NODE_LOST for n in c.nodes}
