@@ -270,6 +270,13 @@ def _where(ranks: Sequence[int], nodes: Sequence[str], gpus: Sequence[str]) -> s
     return "; ".join(parts) or "no single place"
 
 
+def _beyond_one_node(ranks: Sequence[int], universe: set[int], f: Findings) -> bool:
+    """More ranks than one node's share of the job (its ranks over the hosts the logs name): they ran on
+    several nodes, wherever the logs place them."""
+    hosts = {h.node for h in f.hits if h.node} | set(f.listed_nodes) | set(f.job_nodes)
+    return len(hosts) >= 2 and bool(universe) and len(set(ranks)) > len(universe) / len(hosts)
+
+
 def decide(f: Findings) -> Verdict:
     """The verdict over `f` (see the module docstring for the rules)."""
     record_time = {r.rank: r.time for r in f.records if r.rank is not None and r.time is not None}
@@ -368,7 +375,7 @@ def decide(f: Findings) -> Verdict:
         gpus = gpus if list(resource.nodes) == nodes else []
         ranks, nodes = list(resource.ranks), list(resource.nodes)
         found_by += resource.why
-    if category is Category.NUMERICAL and len(nodes) >= 2:
+    if category is Category.NUMERICAL and (len(nodes) >= 2 or _beyond_one_node(ranks, universe, f)):
         ranks, nodes, gpus = [], [], []  # NaN on several nodes: the run diverged, no one GPU did it
     if category is Category.SCHEDULER:
         nodes, ranks, gpus = [], [], []  # a time limit or a cancel is the job's, not a node's
