@@ -16,7 +16,7 @@ LOCALISING: tuple[Signature, ...] = (
     Signature(
         "nccl_comm_init", _D, _CTX,
         r"^(?P<node>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO (?:ncclCommInitRank )?comm 0x[0-9a-f]+ "
-        r"rank (?P<rank>\d+) n[Rr]anks (?P<world>\d+)",
+        r"rank (?P<rank>\d+) n[Rr]anks (?P<world>\d+)(?:[^\n]*? busId (?:0x)?(?P<bus>[0-9a-fA-F]+))?",
         ("nranks", "nRanks"), None, "NCCL communicator of {world} ranks",
         ("n3:2231:2290 [5] NCCL INFO comm 0x55d0c0 rank 13 nranks 16 cudaDev 5 busId ab000 - Init COMPLETE",
          "n3:2231:2290 [5] NCCL INFO comm 0x55a8167a rank 13 nRanks 16 nNodes 2 localRanks 8 localRank 5 MNNVL 0"),

@@ -32,6 +32,7 @@ from nvrx_hpc.attribution.api import (
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, fabric_wide
 from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
+from nvrx_hpc.attribution.gpu_bus import ranks_on_buses
 from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
@@ -321,7 +322,7 @@ def decide(f: Findings) -> Verdict:
         # its cause is not in these logs.
         category = Category.UNKNOWN
     if root.category is Category.GPU_HARDWARE and not ranks:
-        ranks = sorted(_ranks_under_gpu(root, causes, rank_nodes))
+        ranks = sorted(_ranks_under_gpu(root, causes, rank_nodes)) or ranks_on_buses(root.gpus, root.nodes, f.hits)
     if root.category is Category.GPU_HARDWARE and not ranks and len(set(root.nodes)) == 1:
         # A GPU that faulted (fell off the bus, hung) silences its rank while the others time out: the
         # silent ranks no source places on another node, one per faulted GPU (a whole node silent says

@@ -1,0 +1,45 @@
+"""The rank that ran on a faulted GPU, from its PCI bus: an Xid names the GPU by bus (`Xid (PCI:0000:ab:00)`),
+NCCL's `comm ... rank 29 nranks 32 ... busId ab000 - Init COMPLETE` line names each rank's bus on its host.
+
+Bus ids repeat across hosts (every node has a GPU at `ab:00`), so a bus names a rank only together with the
+host of the Xid (round 11)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from nvrx_hpc.attribution.api import Hit
+
+__all__ = ["ranks_on_buses"]
+
+_PCI = re.compile(r"([0-9a-fA-F]{2}):[0-9a-fA-F]{2}(?:\.[0-7])?$")  # ...bus:device[.function] at the end
+
+
+_COMM_RANK = re.compile(r"\brank (\d+) n[Rr]anks ")
+
+
+def _xid_bus(gpu: str) -> int | None:
+    """`gpu-b14:0000:ab:00` or `0000:ab:00.0` -> 0xab."""
+    m = _PCI.search(gpu)
+    return int(m.group(1), 16) if m else None
+
+
+def _nccl_bus(bus_id: str) -> int | None:
+    """NCCL's `busId ab000` (bus, device, function in hex, no domain) -> 0xab."""
+    return int(bus_id[:-3], 16) if len(bus_id) > 3 else None
+
+
+def ranks_on_buses(gpus: Iterable[str], nodes: Sequence[str], hits: Sequence[Hit]) -> list[int]:
+    """Global ranks whose NCCL world communicator ran on one of `gpus` (Xid bus ids) on one of `nodes`."""
+    buses = {b for g in gpus if (b := _xid_bus(g)) is not None}
+    if not buses or not nodes:
+        return []
+    inits = [h for h in hits if h.signature == "nccl_comm_init" and h.fields.get("bus") and h.node in nodes]
+    world = max((int(h.fields["world"]) for h in inits if h.fields.get("world", "").isdigit()), default=0)
+    found = set()
+    for h in inits:  # the line's own `rank N`: a launcher's prefix may give a local rank instead
+        m = _COMM_RANK.search(h.text)
+        if m and h.fields.get("world") == str(world) and _nccl_bus(h.fields["bus"]) in buses:
+            found.add(int(m.group(1)))
+    return sorted(found)
