@@ -20,3 +20,17 @@ def lone_exit_rank(hits: Sequence[Hit]) -> list[int]:
     if len(coded) == 1 and signalled and all(h.rank not in coded for h in signalled):
         return sorted(coded)
     return []
+
+
+_LAUNCHER_EXITS = ("ds_launcher_exit", "elastic_child_failed", "srun_task_exit")
+
+
+def exited_on_node(nodes: Sequence[str], hits: Sequence[Hit]) -> list[int]:
+    """[rank] of the one rank a launcher saw exit on the one node of a fault that names no rank (round 11:
+    an ECC error's traceback on `gpu-c06`, and DeepSpeed's launcher there reporting `--local_rank=3`, rank
+    11, exiting); [] when that node's launchers report none or several."""
+    if len(set(nodes)) != 1:
+        return []
+    ranks = {h.rank for h in hits if h.signature in _LAUNCHER_EXITS and h.node == nodes[0] and h.rank is not None
+             and "tee_local" not in h.fields and h.fields.get("code", "1") not in ("0", "")}  # fmt: skip
+    return sorted(ranks) if len(ranks) == 1 else []

@@ -36,7 +36,7 @@ from nvrx_hpc.attribution.gpu_bus import ranks_on_buses
 from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
-from nvrx_hpc.attribution.lone_exit import lone_exit_rank
+from nvrx_hpc.attribution.lone_exit import exited_on_node, lone_exit_rank
 from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect
 from nvrx_hpc.attribution.resources import DiskRow, judge
@@ -322,7 +322,8 @@ def decide(f: Findings) -> Verdict:
         # its cause is not in these logs.
         category = Category.UNKNOWN
     if root.category is Category.GPU_HARDWARE and not ranks:
-        ranks = sorted(_ranks_under_gpu(root, causes, rank_nodes)) or ranks_on_buses(root.gpus, root.nodes, f.hits)
+        ranks = (sorted(_ranks_under_gpu(root, causes, rank_nodes)) or ranks_on_buses(root.gpus, root.nodes, f.hits)
+                 or exited_on_node(root.nodes, f.hits))
     if root.category is Category.GPU_HARDWARE and not ranks and len(set(root.nodes)) == 1:
         # A GPU that faulted (fell off the bus, hung) silences its rank while the others time out: the
         # silent ranks no source places on another node, one per faulted GPU (a whole node silent says
