@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Hit
 from nvrx_hpc.attribution.lines import parse_time, ranks_of
-from nvrx_hpc.attribution.local_ranks import file_local_maps
+from nvrx_hpc.attribution.local_ranks import file_local_maps, label_node_ranks
 
 __all__ = ["enrich", "name_victims", "name_oom_victims", "NOT_HOSTS"]
 
@@ -170,6 +170,7 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
             local_global[(source, box.local)].add(box.rank)
         exits[(source, line + 1)] = box
     file_maps = file_local_maps(hits)
+    per_node = label_node_ranks(hits) if launchers else {}
     out = []
     for h in hits:
         rank, node, when = h.rank, h.node, h.time
@@ -190,6 +191,9 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
         if rank is None and h.signature == "elastic_child_failed":
             local = _int(h.fields.get("local_rank"))
             mapped = file_maps.get(h.source, {}).get(local) if local is not None else None
+            label = _int(h.fields.get("srun_label") or h.fields.get("task_label"))
+            if mapped is None and launchers and local is not None and label is not None and h.source in per_node:
+                mapped = label * per_node[h.source] + local  # srun's labels are torchrun's node ranks here
             rank = mapped if mapped is not None else None if launchers else local
         if rank is None and len(in_box.get(h.source, ())) == 1:
             rank = next(iter(in_box[h.source]))

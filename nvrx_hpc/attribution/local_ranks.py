@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from nvrx_hpc.attribution.api import Hit
 from nvrx_hpc.attribution.lines import torch_rank_prefixes
 
-__all__ = ["mark_local_prefixes", "file_local_maps"]
+__all__ = ["mark_local_prefixes", "file_local_maps", "label_node_ranks"]
 
 _ITEM = re.compile(r"(\d+)\s*(?:(?:\.\.|-)\s*(\d+))?")
 
@@ -83,7 +83,7 @@ def file_local_maps(hits: Sequence[Hit]) -> dict[str, dict[int, int]]:
             if ranks and len(locals_) == len(ranks):
                 for local, rank in zip(locals_, ranks, strict=True):
                     target[h.source].setdefault(local, rank)
-        elif h.signature == "torchrun_cmd":
+        elif h.signature == "torchrun_cmd" and h.fields.get("node_rank"):
             cmd.setdefault(h.source, (int(h.fields["node_rank"]), int(h.fields["nproc"])))
         elif "rank_tee" in h.fields and h.rank is not None:
             pairs[h.source][int(h.fields["rank_tee"])].add(h.rank)
@@ -100,3 +100,20 @@ def file_local_maps(hits: Sequence[Hit]) -> dict[str, dict[int, int]]:
         out[source] = found
     return out
 
+
+
+def label_node_ranks(hits: Sequence[Hit]) -> dict[str, int]:
+    """source -> processes per node, for files where srun started one torchrun per node (`srun -l ...
+    torchrun --nproc-per-node=8`) and its task labels are torchrun's node ranks: every line that pairs a
+    label with torch's global rank (`1: [rank13]:`, two labels at least) has rank // nproc == label. Then a
+    local rank L under label T is global rank T * nproc + L (round 11)."""
+    nproc: dict[str, int] = {}
+    pairs: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for h in hits:
+        if h.signature == "torchrun_cmd" and h.fields.get("nproc", "").isdigit() and int(h.fields["nproc"]) > 0:
+            nproc.setdefault(h.source, int(h.fields["nproc"]))
+        label = h.fields.get("task_label")
+        if label is not None and label.isdigit() and h.rank is not None and "tee_local" not in h.fields:
+            pairs[h.source].add((int(label), h.rank))
+    return {source: p for source, p in nproc.items()
+            if len({t for t, _ in pairs[source]}) >= 2 and all(r // p == t for t, r in pairs[source])}

@@ -78,9 +78,9 @@ LOCALISING: tuple[Signature, ...] = (
     Signature(  # torchrun's command line: its node rank and workers give each local rank its global one,
         # and `--role rank` makes its tee prefix `[rank<local>]:` (local_ranks.py, round 10)
         "torchrun_cmd", _F, _CTX,
-        r"(?=.*--nproc[-_]per[-_]node[= ](?P<nproc>\d+)\b)(?=.*--node[-_]rank[= ](?P<node_rank>\d+)\b)"
+        r"(?=.*--nproc[-_]per[-_]node[= ](?P<nproc>\d+)\b)(?=(?:.*--node[-_]rank[= ](?P<node_rank>\d+)\b)?)"
         r"(?=(?:.*--role[= ](?P<role>\w+))?).*\b(?:torchrun|torch\.distributed\.(?:run|launch))\b",
-        ("--node_rank", "--node-rank"), None, "torchrun of node rank {node_rank}",
+        ("--nproc_per_node", "--nproc-per-node"), None, "torchrun of {nproc} processes a node",
         ("+ torchrun --nnodes=2 --node-rank=1 --nproc-per-node=4 --role rank --tee 3 -m torchtitan.train",),
     ),
     Signature(  # torchrun's rendezvous result: the global ranks of this node's local ranks (round 10)
