@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from nvrx_hpc.attribution.aliases import apply_aliases
 from nvrx_hpc.attribution.api import SCHEMA_VERSION, FileProblem, Hit, Verdict
 from nvrx_hpc.attribution.cgroup_task import global_cgroup_tasks
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
@@ -110,12 +111,12 @@ def _job_id(files: RunFiles, events: Sequence[Any], hits: Sequence[Hit], given: 
 def _scan_logs(
     scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int],
     dated: list[float], rank_hosts: dict[int, str], addr_hosts: dict[str, str], disks: list[DiskRow],
-    listed: set[str],
+    listed: set[str], aliases: dict[str, str],
 ) -> tuple[list[Hit], int]:
     """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show,
     `dated` a few of their dated stamps, `rank_hosts` the hosts their prefixes pair with ranks,
     `addr_hosts` the hosts their lines pair with network addresses, `disks` their `df` rows, `listed` the
-    hosts of the nodelists they print."""
+    hosts of the nodelists they print, `aliases` the Slurm names of hosts and addresses."""
     hits: list[Hit] = []
     scanned = 0
     # A directory a kernel log is named by (`node036/dmesg.txt`) is that host's: its other files are too.
@@ -144,6 +145,8 @@ def _scan_logs(
                 addr_hosts.setdefault(addr, host)
             disks.extend(sampled.disks)
             listed.update(sampled.listed)
+            for alias, node in sampled.aliases.items():
+                aliases.setdefault(alias, node)
             if rank is not None:
                 seen_ranks.add(rank)
         except OSError as exc:
@@ -197,8 +200,10 @@ def analyze(
     addr_hosts: dict[str, str] = {}
     disks: list[DiskRow] = []
     listed: set[str] = set()
+    aliases: dict[str, str] = {}
     hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks,
-                               listed)
+                               listed, aliases)
+    hits = apply_aliases(hits, rank_hosts, addr_hosts, aliases)
     for r in records:
         if r.traceback:
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)

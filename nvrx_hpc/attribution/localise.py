@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
+from nvrx_hpc.attribution.aliases import node_aliases
 from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.launchers import NOT_HOSTS, enrich, name_oom_victims, name_victims
 from nvrx_hpc.attribution.lines import LEAD_STAMP, parse_time, ranks_of
@@ -112,6 +113,7 @@ class FileSample(NamedTuple):
     addresses: dict[str, str]
     disks: list[DiskRow]
     listed: frozenset[str] = frozenset()  # the job's nodes, from a nodelist the log prints (`_NODELIST`)
+    aliases: dict[str, str] = {}  # a node's host name or address -> its Slurm name (aliases.py)
 
 
 def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
@@ -154,7 +156,7 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
                 dated.append(t)
             if len(dated) >= 8:
                 break
-    return FileSample(found, dated, hosts, addresses, disks, frozenset(_listed_nodes(head)))
+    return FileSample(found, dated, hosts, addresses, disks, frozenset(_listed_nodes(head)), node_aliases(head))
 
 
 def _listed_nodes(data: bytes) -> set[str]:

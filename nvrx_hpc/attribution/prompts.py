@@ -21,21 +21,62 @@ __all__ = ["prompt_hosts", "env_rank_hosts", "read_prompts", "place_by_prompts"]
 
 _MAX_BYTES = 1 << 20  # a pasted session; a large log is a program's output, not a terminal's
 # `[user@host ~]$ cmd`, `user@host:~/run$ cmd`, `(venv) root@host:/# cmd`; the host's domain is dropped
-_PROMPT = re.compile(rb"(?m)^(?:\([\w.-]+\) )?\[?[a-z_][\w.-]*@([A-Za-z][\w-]*)[\w.-]*(?::[^\s$#]*|\s[^\n$#\]]{0,80})"
-                     rb"\]?[$#] ?([^\n]*)$")
+_PROMPT = re.compile(
+    rb"(?m)^(?:\([\w.-]+\) )?\[?[a-z_][\w.-]*@([A-Za-z][\w-]*)[\w.-]*(?::[^\s$#]*|\s[^\n$#\]]{0,80})"
+    rb"\]?[$#] ?([^\n]*)$"
+)
 # Commands whose output describes the machine they run on (after `sudo`, `time`, an env assignment).
-_LOCAL = frozenset({
-    "dmesg", "journalctl", "nvidia-smi", "nvidia-bug-report.sh", "dcgmi", "df", "du", "free", "ibstat",
-    "ibstatus", "ibv_devinfo", "ibdev2netdev", "ip", "ifconfig", "ethtool", "mlxlink", "py-spy", "gdb", "ps",
-    "pgrep", "top", "uptime", "mount", "lsof", "ls", "cat", "grep", "egrep", "tail", "head", "less", "zgrep",
-    "sensors", "ipmitool", "lspci", "numactl", "ulimit", "hostname", "date",
-})
+_LOCAL = frozenset(
+    {
+        "dmesg",
+        "journalctl",
+        "nvidia-smi",
+        "nvidia-bug-report.sh",
+        "dcgmi",
+        "df",
+        "du",
+        "free",
+        "ibstat",
+        "ibstatus",
+        "ibv_devinfo",
+        "ibdev2netdev",
+        "ip",
+        "ifconfig",
+        "ethtool",
+        "mlxlink",
+        "py-spy",
+        "gdb",
+        "ps",
+        "pgrep",
+        "top",
+        "uptime",
+        "mount",
+        "lsof",
+        "ls",
+        "cat",
+        "grep",
+        "egrep",
+        "tail",
+        "head",
+        "less",
+        "zgrep",
+        "sensors",
+        "ipmitool",
+        "lspci",
+        "numactl",
+        "ulimit",
+        "hostname",
+        "date",
+    }
+)
 # what a command reads from these is the machine's own state, whatever the command
 _MACHINE_FILES = re.compile(r"(?:^|[\s<])/(?:proc|sys|var/log|dev/shm)/")
 _WRAPPERS = frozenset({"sudo", "time", "nice", "command", "env"})
 _SHARED_FILE = re.compile(r"slurm-\d|\.out\b|\.err\b|/(?:lustre|gpfs|scratch|home|shared|nfs|project)s?/")
-_REMOTE = re.compile(r"(?:^|[;&|(]\s*)(?:ssh(?:\s+-\S+(?:\s+\d+)?)*\s+(?:[\w.-]+@)?([A-Za-z][\w-]*)|"
-                     r"srun\b[^;|&]*?(?:-w\s*|--nodelist[= ])([A-Za-z][\w-]*[\d-][\w-]*))")
+_REMOTE = re.compile(
+    r"(?:^|[;&|(]\s*)(?:ssh(?:\s+-\S+(?:\s+\d+)?)*\s+(?:[\w.-]+@)?([A-Za-z][\w-]*)|"
+    r"srun\b[^;|&]*?(?:-w\s*|--nodelist[= ])([A-Za-z][\w-]*[\d-][\w-]*))"
+)
 _NOT_HOSTS = frozenset({"localhost"})
 # one variable per line, as `env`, `printenv` and `/proc/<pid>/environ` split on NULs print them
 _ENV_RANK = re.compile(rb"(?m)^(?:export )?(?:RANK|SLURM_PROCID|OMPI_COMM_WORLD_RANK|PMI_RANK)=(\d{1,6})\s*$")
@@ -106,8 +147,9 @@ def read_prompts(path: Path) -> tuple[list[tuple[int, str | None]], dict[int, st
     return prompts, env_rank_hosts(data, prompts)
 
 
-def place_by_prompts(hits: Sequence[Hit], prompts: Sequence[tuple[int, str | None]],
-                     file_host: str | None = None) -> list[Hit]:
+def place_by_prompts(
+    hits: Sequence[Hit], prompts: Sequence[tuple[int, str | None]], file_host: str | None = None
+) -> list[Hit]:
     """`hits` of one file given the host of the prompt above them (see the module): those with no node, and
     those whose node is only the file's name's guess (`dmesg_f02.txt` under `[u@gpu-f02 ~]$ dmesg -T`)."""
     if not hits or not prompts:

@@ -31,8 +31,8 @@ from nvrx_hpc.attribution.api import (
 )
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, fabric_wide
 from nvrx_hpc.attribution.fr_analysis import FRReport
-from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.gpu_bus import ranks_on_buses
+from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes

@@ -1,0 +1,51 @@
+"""One name per node: Slurm's. A cloud node has three (`scontrol show node`: `NodeName=gpu-st-p5-3`,
+`NodeAddr=10.1.45.12`, `NodeHostName=ip-10-1-45-12`); NCCL's `host:pid:tid` prefix and the kernel print the
+host name, srun and the scheduler the node name. Every host a line names is reported under the node name
+an `scontrol show node` listing in the logs gives it (round 11), and the node address maps to it."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+
+from nvrx_hpc.attribution.api import Hit
+
+__all__ = ["node_aliases", "apply_aliases"]
+
+_NODE = re.compile(rb"\bNodeName=([A-Za-z][\w.-]*)")
+_ADDR = re.compile(rb"\bNode(?:Addr|HostName)=([A-Za-z0-9][\w.:-]*)")
+_REACH = 600  # a node's record spans a few lines; the next `NodeName=` ends it
+
+
+def node_aliases(data: bytes) -> dict[str, str]:
+    """alias (host name or address) -> node name, from `scontrol show node` records in `data`."""
+    found: dict[str, str] = {}
+    if b"NodeName=" not in data:
+        return found
+    starts = list(_NODE.finditer(data))
+    for i, m in enumerate(starts):
+        end = min(m.end() + _REACH, starts[i + 1].start() if i + 1 < len(starts) else len(data))
+        node = m.group(1).decode()
+        for a in _ADDR.finditer(data, m.end(), end):
+            alias = a.group(1).decode()
+            if alias != node and alias != "(null)":
+                found.setdefault(alias, node)
+    return found
+
+
+def apply_aliases(
+    hits: Sequence[Hit], rank_hosts: dict[int, str], addr_hosts: dict[str, str], aliases: Mapping[str, str]
+) -> list[Hit]:
+    """`hits` with each node under its Slurm name; `rank_hosts` and `addr_hosts` renamed in place, and every
+    aliased address added to `addr_hosts`."""
+    if not aliases:
+        return list(hits)
+    for r, host in rank_hosts.items():
+        rank_hosts[r] = aliases.get(host, host)
+    for addr, host in addr_hosts.items():
+        addr_hosts[addr] = aliases.get(host, host)
+    for alias, node in aliases.items():
+        if alias[:1].isdigit() or ":" in alias:
+            addr_hosts.setdefault(alias, node)
+    return [dataclasses.replace(h, node=aliases[h.node]) if h.node in aliases else h for h in hits]
