@@ -24,7 +24,7 @@ from nvrx_hpc.attribution.cgroup_task import global_cgroup_tasks
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
 from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
 from nvrx_hpc.attribution.lines import LineContext
-from nvrx_hpc.attribution.local_ranks import mark_local_prefixes
+from nvrx_hpc.attribution.local_ranks import log_dir_ranks, mark_local_prefixes
 from nvrx_hpc.attribution.localise import (
     align_years,
     drop_recovered,
@@ -209,7 +209,7 @@ def analyze(
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
-    hits = enrich(traceback_ranks(global_cgroup_tasks(align_years(mark_local_prefixes(hits), dated))))
+    hits = enrich(traceback_ranks(global_cgroup_tasks(align_years(log_dir_ranks(mark_local_prefixes(hits)), dated))))
     hits = name_victims(drop_recovered(traceback_ranks(hits, headers=("ray_task_error",))))
     hits = own_cancels(hits)
     if since is not None:

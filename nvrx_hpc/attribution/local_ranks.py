@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from nvrx_hpc.attribution.api import Hit
 from nvrx_hpc.attribution.lines import torch_rank_prefixes
 
-__all__ = ["mark_local_prefixes", "file_local_maps", "label_node_ranks"]
+__all__ = ["mark_local_prefixes", "file_local_maps", "label_node_ranks", "log_dir_ranks"]
 
 _ITEM = re.compile(r"(\d+)\s*(?:(?:\.\.|-)\s*(\d+))?")
 
@@ -117,3 +117,31 @@ def label_node_ranks(hits: Sequence[Hit]) -> dict[str, int]:
             pairs[h.source].add((int(label), h.rank))
     return {source: p for source, p in nproc.items()
             if len({t for t, _ in pairs[source]}) >= 2 and all(r // p == t for t, r in pairs[source])}
+
+
+# torchrun `--log-dir D` writes each worker's output to D/<run id>/attempt_<n>/<local rank>/std{out,err}.log
+_LOG_DIR_FILE = re.compile(r"^(?:\./)?(?P<dir>.+)/[^/]+/attempt_\d+/(?P<local>\d+)/(?:stdout|stderr)\.log$")
+
+
+def log_dir_ranks(hits: Sequence[Hit]) -> list[Hit]:
+    """Lines of a file torchrun wrote under its `--log-dir` (round 11): the file's local rank, made global
+    by the command line that names that log dir with its node rank and processes per node
+    (`gpu-j06: NODE_RANK=2 torchrun --nproc_per_node 8 --log-dir logs/gpu-j06`: local 3 is rank 19), and
+    that line's host."""
+    cmds: dict[str, tuple[int, int, str | None]] = {}
+    for h in hits:
+        if h.signature == "torchrun_cmd" and h.fields.get("log_dir") and h.fields.get("node_rank"):
+            d = h.fields["log_dir"].removeprefix("./").rstrip("/")
+            cmds.setdefault(d, (int(h.fields["node_rank"]), int(h.fields["nproc"]), h.node))
+    if not cmds:
+        return list(hits)
+    out = []
+    for h in hits:
+        m = _LOG_DIR_FILE.match(h.source) if h.rank is None else None
+        d = m.group("dir") if m else None
+        found = next((v for k, v in cmds.items() if d is not None and (d == k or d.endswith("/" + k))), None)
+        if found is not None:
+            node_rank, nproc, node = found
+            h = dataclasses.replace(h, rank=node_rank * nproc + int(m.group("local")), node=h.node or node)
+        out.append(h)
+    return out

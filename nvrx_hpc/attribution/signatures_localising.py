@@ -78,7 +78,9 @@ LOCALISING: tuple[Signature, ...] = (
     Signature(  # torchrun's command line: its node rank and workers give each local rank its global one,
         # and `--role rank` makes its tee prefix `[rank<local>]:` (local_ranks.py, round 10)
         "torchrun_cmd", _F, _CTX,
-        r"(?=.*--nproc[-_]per[-_]node[= ](?P<nproc>\d+)\b)(?=(?:.*--node[-_]rank[= ](?P<node_rank>\d+)\b)?)"
+        r"(?=.*--nproc[-_]per[-_]node[= ](?P<nproc>\d+)\b)"
+        r"(?=(?:.*(?:--node[-_]rank[= ]|\bNODE_RANK=)(?P<node_rank>\d+)\b)?)"
+        r"(?=(?:.*--log[-_]dir[= ](?P<log_dir>[^\s;&|]+))?)"
         r"(?=(?:.*--role[= ](?P<role>\w+))?).*\b(?:torchrun|torch\.distributed\.(?:run|launch))\b",
         ("--nproc_per_node", "--nproc-per-node"), None, "torchrun of {nproc} processes a node",
         ("+ torchrun --nnodes=2 --node-rank=1 --nproc-per-node=4 --role rank --tee 3 -m torchtitan.train",),
