@@ -25,7 +25,7 @@ launched by mpirun or srun. Ratios (goal in brackets):
   restore_lost_vs_local  load() with one node's burst buffer wiped / load() with all local    [<= 1.5]
 Times are the slowest rank's; medians over --iters, after warm-up saves (in a VM the first touch of memory
 that tmpfs has never used costs several times a steady-state write).
-dcp_adapter_vs_copy times max(15, --iters) rounds after one that sets up the adapter's host copy, its kept
+dcp_adapter_vs_copy times max(30, --iters) rounds after one that sets up the adapter's host copy, its kept
 thread and that thread's gloo group. Each round, on every rank: (1) a bare copy of the state (Tensor.copy_ per
 tensor) into host memory allocated and filled in round 0, then (2) the whole
 `nvrx_hpc.ckpt.dcp.async_save(state, storage_writer=DcpWriter(...), checkpoint_id=...)` call until it returns:
@@ -35,12 +35,13 @@ a new save thread). The write, partner copies and commit that follow (2) and (3)
 every rank (future.result(), wait_committed) before the next step. Each step starts at a gloo barrier with no
 save in flight; the harness waits in gloo, which sleeps, not MPI, which spins and would take an
 oversubscribed host's cores from the ranks being timed. Each side: the slowest rank's time per round, median
-over the rounds. The other figures use MPI barriers and reductions (`bare_copy_s` there includes
-the spinning neighbours).
-dcp_adapter_vs_copy on the 2-core dev VM shared with other sessions (docs/checkpoint.md, DCP section; medians
-of 5 runs, 15 rounds each): 1.16 with `--size-mib 64 --iters 3` (4 ranks, load 11-17; 1.07 with 5 rounds at
-load 13-18; torch's dcp.async_save in the same rounds 1.36 and 1.28), 1.05 with `--ranks 2` as well (one run,
-load 7-9; torch's 1.34), 0.86 with `--size-mib 256 --iters 3` (one run, load 9-18; torch's 1.44).
+over the rounds. As timeit does, no garbage collection runs inside a timed step: each starts after a full
+collection (torch's own objects frozen first), and the collector is off until it ends; dcp_adapter_gc_s is
+what one adapter save left to collect (info: dcp_adapter_gc_vs_copy). The other figures use MPI barriers and
+reductions (`bare_copy_s` there includes the spinning neighbours).
+dcp_adapter_vs_copy on the 2-core dev VM (docs/checkpoint.md, DCP section): with `--size-mib 64 --iters 3`
+(4 ranks), 10 runs, 30 rounds each, the benchmark alone on the host: median 1.04, 0.98-1.12; with six busy
+processes beside it (load 8-10) median 1.14, 1.06-1.24 over 6 runs.
 """
 
 from __future__ import annotations
