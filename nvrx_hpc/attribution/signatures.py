@@ -256,6 +256,12 @@ CATALOG: tuple[Signature, ...] = (
         ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory "
          "(shm).",),
     ),
+    Signature(  # Ray's message for a dead worker lists causes it guesses (OOM, SIGSEGV, ...): no cause itself
+        "ray_worker_died", _F, _CASC, r"There are some potential root causes\.", ("potential root causes",), True,
+        "Ray saw a worker process die",
+        ("Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file. There are some "
+         "potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage.",),
+    ),
     Signature(
         "segfault", _F, _ROOT,
         r"(?:Segmentation fault|segfault at [0-9a-f]+|Fatal Python error: (?P<what>[A-Za-z ]+)|"
@@ -375,7 +381,7 @@ CATALOG: tuple[Signature, ...] = (
 
 # Exceptions that are the visible end of a failure elsewhere, not a cause of their own.
 CASCADE_EXCEPTIONS = ("DistBackendError", "ChildFailedError", "KeyboardInterrupt", "DistNetworkError", "SystemExit",
-                      "SignalException", "HorovodInternalError")
+                      "SignalException", "HorovodInternalError", "RayActorError")
 # NCCL's own error types name where the trouble is; they are a cause only when nothing stronger is found.
 _NCCL_EXCEPTIONS = {"ncclSystemError": _N, "ncclRemoteError": _N, "ncclInternalError": _F,
                     "ncclUnhandledCudaError": _F, "ncclInvalidUsage": _F}  # fmt: skip
