@@ -243,6 +243,11 @@ CATALOG: tuple[Signature, ...] = (
         ("[rank5]:[E314 02:14:42.118 ProcessGroupNCCL.cpp:1595] [PG 0 (default_pg) Rank 5] Process group "
          "watchdog thread terminated with exception: CUDA error: unspecified launch failure",),
     ),
+    Signature(  # a C++ exception from torch's own CUDA code (its caching allocator, a collective): a crash, not
+        # the user's Python (round 12); the driver's `unknown error` is the GPU's (matched earlier)
+        "cxx_cuda_driver_error", _F, _ROOT, r"what\(\):\s+CUDA driver error: (?P<what>[^\n]+)", ("CUDA driver error",),
+        True, "CUDA driver error in torch: {what}", ("[1,13]<stderr>:  what():  CUDA driver error: invalid argument",),
+    ),
     Signature(
         "xid_application", _A, _CTX, _XID_HEAD + rf"(?P<xid>{_xids(XID_APPLICATION)})\b",
         ("Xid",), False, "Xid {xid} (usually the application)",
