@@ -57,6 +57,8 @@ _MPI_NODE = re.compile(rb"Data for node: ([A-Za-z][\w.-]*)")
 _MPI_PROC = re.compile(rb"Process (?:OMPI )?jobid: \S+ App: \d+ Process rank: (\d{1,6})")
 _MPI_MAP_END = re.compile(rb"\n\s*={8,}")
 _MPI_BINDING = re.compile(rb"\[([A-Za-z][\w-]*[\d-][\w.-]*):\d+\] (?:MCW )?[Rr]ank (\d{1,6}) (?:bound|is not bound)")
+# Open MPI's own `[host:pid]` lines (its signal handler, its errors) under mpirun's `[1,13]<stderr>:` prefix
+_MPI_PREFIX_HOST = re.compile(rb"(?m)^\[\d+,(\d{1,6})\]<std(?:out|err)>:\[([A-Za-z][\w-]*[\d-][\w.-]*):\d+\] ")
 _NOT_BANNER_HOSTS = re.compile(r"^(?:default|rank)\d+$")
 _WORD_BEFORE = re.compile(rb"(?:global_|world_)?\Z")
 # a job's nodelist: a hostlist (a bracket, or several names) after a word that says it is the job's nodes
@@ -148,6 +150,8 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
             hosts.setdefault(r, host)
         for r, host in _mpi_hosts(data):
             hosts.setdefault(r, host)
+        for m in _MPI_PREFIX_HOST.finditer(data):
+            hosts.setdefault(int(m.group(1)), m.group(2).decode())
         for m in _PREFIX_RANKS.finditer(data):
             found.add(int(next(g for g in m.groups() if g is not None)))
         for m in _DATED.finditer(data[:65536]):
