@@ -270,7 +270,8 @@ def traceback_ranks(hits: Sequence[Hit], reach: int = 60, headers: tuple[str, ..
 
 def drop_recovered(hits: Sequence[Hit]) -> list[Hit]:
     """A stall the kernel later reports over (`nfs: server X not responding`, then `nfs: server X OK` in
-    the same log; an mlx5 device's `health compromised`, then `health recovered`) was transient: it stays on the timeline as context, never as the root cause."""
+    the same log; an mlx5 device's `health compromised`, then `health recovered`) was transient: it stays
+    on the timeline as context, never as the root cause."""
     ends = ("nfs_recovered", "nic_recovered")  # an NFS server answering again, a NIC's health poll recovering
     recovered = {(h.source, h.fields.get("server") or h.fields.get("device")): h.order for h in hits
                  if h.signature in ends}  # fmt: skip

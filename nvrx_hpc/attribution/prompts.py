@@ -78,8 +78,9 @@ _REMOTE = re.compile(
     r"srun\b[^;|&]*?(?:-w\s*|--nodelist[= ])([A-Za-z][\w-]*[\d-][\w-]*))"
 )
 _NOT_HOSTS = frozenset({"localhost"})
-# one variable per line, as `env`, `printenv` and `/proc/<pid>/environ` split on NULs print them
-_ENV_RANK = re.compile(rb"(?m)^(?:export )?(?:RANK|SLURM_PROCID|OMPI_COMM_WORLD_RANK|PMI_RANK)=(\d{1,6})\s*$")
+# a variable as `env`, `printenv` and `/proc/<pid>/environ` split on NULs print it, alone or joined on a line
+_ENV_RANK = re.compile(rb"(?m)(?:^|[ \t])(?:export )?(?:RANK|SLURM_PROCID|OMPI_COMM_WORLD_RANK|PMI_RANK)="
+                       rb"(\d{1,6})(?=[ \t]|$)")
 
 
 def _command_host(prompt_host: str, command: str) -> str | None:

@@ -84,7 +84,8 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(
         "nic_link_down", _N, _ROOT,
-        r"(?:mlx5_core(?: (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d))?[^\n]*(?:Link down|link down|Cable error|module \d+, (?:Cable|Power)|health compromised|"
+        r"(?:mlx5_core(?: (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d))?[^\n]*"
+        r"(?:Link down|link down|Cable error|module \d+, (?:Cable|Power)|health compromised|"
         r"firmware fatal|cmd_exec timeout)|\bib\w*: (?:lost carrier|[Ll]ink down)|NIC Link is Down)",
         ("mlx5_core", "lost carrier", "Link is Down"), True, "network interface went down",
         ("Mar  3 14:02:11 dgx-17 kernel: mlx5_core 0000:0c:00.0 ibp12s0: Link down",),
@@ -161,7 +162,8 @@ CATALOG: tuple[Signature, ...] = (
         ("Mar 14 01:58:03 gpu-b07 kernel: nfs: server fs01-ib OK",),
     ),
     Signature(  # the NIC's health poll missed, then recovered: transient (round 12)
-        "nic_recovered", _N, _CTX, r"mlx5_core (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)[^\n]*health recovered",
+        "nic_recovered", _N, _CTX,
+        r"mlx5_core (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)[^\n]*health recovered",
         ("health recovered",), None, "the network device recovered",
         ("Mar 03 17:33:41 hgx-b02 kernel: mlx5_core 0000:1a:00.0: poll_health:835:(pid 0): health recovered",),
     ),
