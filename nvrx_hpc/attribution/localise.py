@@ -59,6 +59,11 @@ _MPI_MAP_END = re.compile(rb"\n\s*={8,}")
 _MPI_BINDING = re.compile(rb"\[([A-Za-z][\w-]*[\d-][\w.-]*):\d+\] (?:MCW )?[Rr]ank (\d{1,6}) (?:bound|is not bound)")
 # Open MPI's own `[host:pid]` lines (its signal handler, its errors) under mpirun's `[1,13]<stderr>:` prefix
 _MPI_PREFIX_HOST = re.compile(rb"(?m)^\[\d+,(\d{1,6})\]<std(?:out|err)>:\[([A-Za-z][\w-]*[\d-][\w.-]*):\d+\] ")
+# A line led by its host that gives the node's rank and processes per node (`[gpu-d12] NODE_RANK=3 ...
+# NPROC_PER_NODE=8`, `gpu-j06: NODE_RANK=2 torchrun --nproc_per_node 8`): that host runs ranks 24-31 (round 12)
+_HOST_LEAD = re.compile(rb"(?m)^(?:\[([A-Za-z][\w-]*[\d-][\w.-]*)\]|([a-z][\w-]*[\d-][\w.-]*):) [^\n]*")
+_NODE_RANK = re.compile(rb"(?:\bNODE_RANK=|--node[-_]rank[= ]|\bnode_rank=)(\d{1,5})\b")
+_NPROC = re.compile(rb"(?:\bNPROC_PER_NODE=|--nproc[-_]per[-_]node[= ]|\bnproc_per_node=)(\d{1,4})\b")
 _NOT_BANNER_HOSTS = re.compile(r"^(?:default|rank)\d+$")
 _WORD_BEFORE = re.compile(rb"(?:global_|world_)?\Z")
 # a job's nodelist: a hostlist (a bracket, or several names) after a word that says it is the job's nodes
@@ -152,6 +157,8 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
             hosts.setdefault(r, host)
         for m in _MPI_PREFIX_HOST.finditer(data):
             hosts.setdefault(int(m.group(1)), m.group(2).decode())
+        for r, host in _node_rank_hosts(data):
+            hosts.setdefault(r, host)
         for m in _PREFIX_RANKS.finditer(data):
             found.add(int(next(g for g in m.groups() if g is not None)))
         for m in _DATED.finditer(data[:65536]):
@@ -172,6 +179,19 @@ def _listed_nodes(data: bytes) -> set[str]:
             found.update(expand(m.group(1).decode()))
         except (HostlistError, UnicodeDecodeError):
             continue
+    return found
+
+
+def _node_rank_hosts(data: bytes) -> list[tuple[int, str]]:
+    """(rank, host) of lines led by a host that name its node rank and processes per node (`_HOST_LEAD`)."""
+    found: list[tuple[int, str]] = []
+    if b"ODE_RANK=" not in data and b"node_rank" not in data and b"node-rank" not in data:
+        return found
+    for m in _HOST_LEAD.finditer(data):
+        node, nproc = _NODE_RANK.search(m.group()), _NPROC.search(m.group())
+        if node and nproc and 0 < int(nproc.group(1)) <= 1024:
+            base, count = int(node.group(1)) * int(nproc.group(1)), int(nproc.group(1))
+            found.extend((r, (m.group(1) or m.group(2)).decode()) for r in range(base, base + count))
     return found
 
 
