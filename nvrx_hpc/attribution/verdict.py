@@ -323,7 +323,7 @@ def decide(f: Findings) -> Verdict:
         category = Category.UNKNOWN
     if root.category is Category.GPU_HARDWARE and not ranks:
         ranks = (sorted(_ranks_under_gpu(root, causes, rank_nodes)) or ranks_on_buses(root.gpus, root.nodes, f.hits)
-                 or exited_on_node(root.nodes, f.hits))
+                 or exited_on_node(root.nodes, f.hits) or (lone_exit_rank(f.hits) if not root.nodes else []))
     if root.category is Category.GPU_HARDWARE and not ranks and len(set(root.nodes)) == 1:
         # A GPU that faulted (fell off the bus, hung) silences its rank while the others time out: the
         # silent ranks no source places on another node, one per faulted GPU (a whole node silent says

@@ -68,3 +68,11 @@ def test_an_unranked_application_error_names_the_one_rank_a_launcher_saw_exit_on
           "with return code = 1"]
     v = analyze_run(write_run(tmp_path, {"ds.log": ds})).verdict
     assert v.category is Category.APPLICATION and (v.culprit.ranks, v.culprit.nodes) == ((5,), ("trn-n12",))
+
+
+def test_an_unplaced_gpu_fault_names_the_one_task_that_exited_with_a_code_while_the_others_were_signalled(tmp_path):
+    err = ["RuntimeError: CUDA error: uncorrectable ECC error encountered",
+           "srun: error: gpu-c14: task 7: Exited with exit code 1", "srun: error: gpu-c14: tasks 4-6: Aborted",
+           "srun: error: gpu-c13: tasks 0-3: Aborted"]
+    v = analyze_run(write_run(tmp_path, {"slurm-3.err": err})).verdict
+    assert v.category is Category.GPU_HARDWARE and (v.culprit.ranks, v.culprit.nodes) == ((7,), ("gpu-c14",))
