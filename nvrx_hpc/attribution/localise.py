@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import NamedTuple
 
 from nvrx_hpc.attribution.aliases import node_aliases
@@ -48,7 +49,8 @@ _BANNERS = ((re.compile(rb"rank[ =:][ \t]*(\d{1,6})\b[^\n]{0,160}?(?<![\w-])" + 
 # A per-node launcher's banner that names its host in the line's lead and the range of global ranks it
 # runs (`[gx-203] torchrun node_rank=2: local ranks 0-3 -> global ranks 8-11`, `[nid001229] rank 0-3 up`,
 # pdsh's `gx-203: ranks 8-11`); a local range is not the ranks.
-_RANGE_BANNER = re.compile(rb"(?m)^(?:\[([A-Za-z][\w-]*[\d-][\w.-]*)\]|([a-z][\w-]*[\d-][\w.-]*):) [^\n]{0,160}?"
+_LEAD_HOST = rb"(?m)^(?:\[([A-Za-z][\w-]*[\d-][\w.-]*)\]|([a-z][\w-]*[\d-][\w.-]*):) "  # `[host] ` or `host: `
+_RANGE_BANNER = re.compile(_LEAD_HOST + rb"[^\n]{0,160}?"
                            rb"(?<![\w-])(?<!local )(?:global )?ranks? (\d{1,6})-(\d{1,6})\b")
 # mpirun's `--display-map` table (`Data for node: n-31 ...`, then a `Process rank: 2` row per process) and
 # `--report-bindings` lines (`[n-31:4410] MCW rank 2 bound to ...`, Open MPI 5: `[n-31:4410] Rank 2 bound`):
@@ -61,7 +63,7 @@ _MPI_BINDING = re.compile(rb"\[([A-Za-z][\w-]*[\d-][\w.-]*):\d+\] (?:MCW )?[Rr]a
 _MPI_PREFIX_HOST = re.compile(rb"(?m)^\[\d+,(\d{1,6})\]<std(?:out|err)>:\[([A-Za-z][\w-]*[\d-][\w.-]*):\d+\] ")
 # A line led by its host that gives the node's rank and processes per node (`[gpu-d12] NODE_RANK=3 ...
 # NPROC_PER_NODE=8`, `gpu-j06: NODE_RANK=2 torchrun --nproc_per_node 8`): that host runs ranks 24-31 (round 12)
-_HOST_LEAD = re.compile(rb"(?m)^(?:\[([A-Za-z][\w-]*[\d-][\w.-]*)\]|([a-z][\w-]*[\d-][\w.-]*):) [^\n]*")
+_HOST_LEAD = re.compile(_LEAD_HOST + rb"[^\n]*")
 _NODE_RANK = re.compile(rb"(?:\bNODE_RANK=|--node[-_]rank[= ]|\bnode_rank=)(\d{1,5})\b")
 _NPROC = re.compile(rb"(?:\bNPROC_PER_NODE=|--nproc[-_]per[-_]node[= ]|\bnproc_per_node=)(\d{1,4})\b")
 _NOT_BANNER_HOSTS = re.compile(r"^(?:default|rank)\d+$")
@@ -120,7 +122,7 @@ class FileSample(NamedTuple):
     addresses: dict[str, str]
     disks: list[DiskRow]
     listed: frozenset[str] = frozenset()  # the job's nodes, from a nodelist the log prints (`_NODELIST`)
-    aliases: dict[str, str] = {}  # a node's host name or address -> its Slurm name (aliases.py)
+    aliases: Mapping[str, str] = MappingProxyType({})  # a node's host name or address -> its Slurm name (aliases.py)
 
 
 def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
