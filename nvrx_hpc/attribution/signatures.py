@@ -90,6 +90,14 @@ CATALOG: tuple[Signature, ...] = (
         ("mlx5_core", "lost carrier", "Link is Down"), True, "network interface went down",
         ("Mar  3 14:02:11 dgx-17 kernel: mlx5_core 0000:0c:00.0 ibp12s0: Link down",),
     ),
+    Signature(  # the HCA itself reported a fault to NCCL: the printing host's own adapter (round 13)
+        "nccl_ib_async_event", _N, _ROOT,
+        r"NET/IB ?: (?:\S+ )?Got async event ?: (?P<event>port error|local catastrophic error|"
+        r"[\w ]*?(?:fatal|catastrophic error|access error))",
+        ("async event",), True, "the InfiniBand adapter reported: {event}",
+        ("node48:34050:34121 [0] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error",
+         "gn057:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error"),
+    ),
     Signature(
         "nccl_connect_failure", _N, _ROOT,
         r"NCCL WARN[^\n]*(?:socketStartConnect|Connect to \S+ failed|Call to connect)",
