@@ -22,10 +22,13 @@ MAX_TEXT = 400  # characters of a line kept in a hit
 
 # A collector's or `ts`'s stamp before a line (`2024-03-14T02:10:00.123Z 12: ...`): stripped, its time
 # kept, unless a journal's `host unit[pid]: ` header follows (`-o short-iso`: read_header wants it whole).
+# mpirun --timestamp-output ends it with a colon (`2019-06-02T16:08:41.667Z: [1,12]<stdout>:`).
 _STAMP = r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
-LEAD_STAMP = _STAMP + r"\s+(?=\s*\d{1,7}: |\[rank\d|\[default\d|\[\d+,\d+\]<)"  # before a runner prefix
-_LEAD = re.compile("^" + _STAMP + r" (?![A-Za-z0-9][\w.-]* [\w./@-]+(?:\[\d+\])?: )")
+LEAD_STAMP = _STAMP + r":?\s+(?=\s*\d{1,7}: |\[rank\d|\[default\d|\[\d+,\d+\]<)"  # before a runner prefix
+_LEAD = re.compile("^" + _STAMP + r":? (?![A-Za-z0-9][\w.-]* [\w./@-]+(?:\[\d+\])?: )")
 _SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): |^\[(\d{1,7})\]:(?=\[)")  # `12: `; `[1]:[default8]:` (a node index)
+# TorchX (and NeMo-Run through it) puts `role/replica ` before each line: `i.pretrain/0 [default2]:`.
+_TORCHX_ROLE = re.compile(r"^[A-Za-z][\w.-]*/\d{1,5} (?=\s|\[)")
 _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
 _MPI_RANK = re.compile(r"^\[\d+,(\d{1,7})\]<(?:stdout|stderr|stddiag)>:\s?")  # mpirun --tag-output: `[1,3]<stderr>:`
@@ -52,7 +55,8 @@ _PID = re.compile(r"\bpid[=:] ?(\d+)|\(pid: (\d+)\)|\bPID (\d+)|Killed process (
 _INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank:? (\d{1,7})\b[:\]]|\[rank(\d{1,7})\]|"
                           r"\|\s*rank\s+(\d{1,7})\s*\||(?<![\w-])(?:global_|world_)?rank=(\d{1,7})\b")
 _NCCL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
-_NODE_WORD = re.compile(r"\bnode[:=] ?(?P<node>[A-Za-z][\w.-]*)")
+# `node=h3`; Megatron's result validation: `Rank 10, node gpu-h03, device 2, iteration 7: Unexpected result nan`
+_NODE_WORD = re.compile(r"(?:\bnode[:=] ?|\bRank \d{1,7}, node )(?P<node>[A-Za-z][\w.-]*)")
 _DEVICE_WORD = re.compile(r"\bDevice[:=] ?(?P<dev>\d+)")
 # `_` between date and time: torchrun's failure box (`time : 2024-08-23_13:16:09`).
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
@@ -110,6 +114,9 @@ def _outer_prefixes(line: str) -> tuple[int | None, str | None, str]:
     """(srun's or mpirun's label, a pdsh host, the rest) after a collector's stamp."""
     label = node = None
     m = _LEAD.match(line)
+    if m:
+        line = line[m.end() :]
+    m = _TORCHX_ROLE.match(line)
     if m:
         line = line[m.end() :]
     m = _SRUN_LABEL.match(line) or _MPI_RANK.match(line)
