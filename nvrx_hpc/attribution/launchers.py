@@ -28,6 +28,7 @@ __all__ = ["enrich", "name_victims", "name_oom_victims", "NOT_HOSTS"]
 NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
 _MAPPING_ITEM = re.compile(r"'([^']+)': \[([\d, ]*)\]")
 _CRASH_CODES = {"-11", "-7", "-4", "139", "135", "132"}  # SIGSEGV, SIGBUS, SIGILL (negative or 128+N)
+_SRUN_TORCHRUN = re.compile(r"\bsrun\b[^\n]*\b(?:torchrun|torch\.distributed\.(?:run|launch))\b")
 _CRASH_WORDS = ("Segmentation fault", "Bus error")
 
 
@@ -126,9 +127,11 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
     """When srun started one launcher per node (a line's srun label differs from torch's own `[rankN]:`
     beside it: `2: [rank21]:`), srun's task numbers are the launchers, not ranks: a line that only srun
     labels names no rank, `srun: error: host: task 2` names the host of task 2, and the ranks torch
-    prints under label 2 run on that host. Returns the hits so corrected, and whether srun started
+    prints under label 2 run on that host. A command line that runs torchrun under srun (`srun -N2
+    torchrun ...`) says so too (round 13). Returns the hits so corrected, and whether srun started
     launchers."""
-    if not any("task_label" in h.fields and h.fields["task_label"] != str(h.rank) for h in hits):
+    if not any("task_label" in h.fields and h.fields["task_label"] != str(h.rank) for h in hits) and not any(
+            h.signature == "torchrun_cmd" and _SRUN_TORCHRUN.search(h.text) for h in hits):
         return list(hits), False
     task_host: dict[str, str] = {}
     for h in hits:
@@ -212,11 +215,14 @@ def name_victims(hits: Sequence[Hit]) -> list[Hit]:
 
     - An OOM kill, or a task blocked in the kernel (it ignores SIGTERM until its I/O returns): srun
       reports the task it SIGKILLed, `Killed`; exactly one such task on that host is the process.
+    - Slurm's cgroup OOM on a host whose srun task was a launcher: exactly one rank that torchrun's box
+      or DeepSpeed's launcher there reports ending by SIGKILL (round 13).
     - A segfault, bus error or illegal instruction: exactly one rank on that host that srun
       (`Segmentation fault`, `Bus error`), DeepSpeed's launcher or torchrun's box reports ending by
       SIGSEGV, SIGBUS or SIGILL."""
     killed: dict[str, set[int]] = defaultdict(set)
     crashed: dict[str, set[int]] = defaultdict(set)
+    sigkilled: dict[str, set[int]] = defaultdict(set)  # short host -> ranks a launcher saw end by SIGKILL
     for h in hits:
         if not h.node:
             continue
@@ -229,11 +235,15 @@ def name_victims(hits: Sequence[Hit]) -> list[Hit]:
         elif h.signature in ("ds_launcher_exit", "elastic_box_exit") and h.rank is not None:
             if h.fields.get("code") in _CRASH_CODES:
                 crashed[h.node].add(h.rank)
+            elif h.fields.get("code") in ("-9", "137"):
+                sigkilled[h.node.split(".")[0]].add(h.rank)
     out = []
     for h in hits:
         if h.rank is None and h.node:
             if h.signature in ("linux_oom_kill", "host_kernel_fault") and _pid(h):
                 victims = killed.get(h.node, set())
+            elif h.signature == "slurm_oom_kill":  # srun's task was a launcher: the rank it saw SIGKILLed
+                victims = sigkilled.get(h.node.split(".")[0], set())
             elif h.signature == "segfault":
                 victims = crashed.get(h.node, set())
             else:
