@@ -6,6 +6,10 @@ user runs `scancel` and when srun kills the step because one task exited with a 
 first (`srun: error: n3: task 10: Exited with exit code 1`): the cancel follows from that exit, and
 what made the task exit is not the scheduler. Every cancel line of that step, in any file (the job's
 `.err` often holds the cancel line alone), is then context: on the timeline, never a cause.
+
+A user's cancel after live stack dumps (py-spy's or gdb's `all_reduce (torch/distributed/distributed_c10d.py:1322)`
+frames) ended a job that hung in a collective: the stacks are the evidence of that hang, the cancel its
+end (round 13).
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import re
+
 from nvrx_hpc.attribution.api import Hit, Role
 
-__all__ = ["own_cancels"]
+__all__ = ["own_cancels", "hung_cancels"]
 
 
 def own_cancels(hits: Sequence[Hit]) -> list[Hit]:
@@ -32,4 +38,21 @@ def own_cancels(hits: Sequence[Hit]) -> list[Hit]:
         return list(hits)
     return [dataclasses.replace(h, role=Role.CONTEXT)
             if h.signature == "slurm_cancelled" and not h.fields.get("why") and h.fields.get("job") in steps else h
+            for h in hits]  # fmt: skip
+
+
+_LIVE_FRAME = re.compile(r"distributed_c10d\.py:\d+\)")  # a dump's frame, not a traceback's `File "...", line N`
+
+
+def hung_cancels(hits: Sequence[Hit]) -> list[Hit]:
+    """When stack dumps show processes inside a collective and a user cancelled the job (no `DUE TO`),
+    the stacks are a hang's evidence (victims': the verdict names who they wait on) and the cancel context."""
+    live = [h for h in hits if h.signature == "stack_in_collective" and _LIVE_FRAME.search(h.text)]
+    cancelled = any(h.signature == "slurm_cancelled" and not h.fields.get("why") and h.role is not Role.CONTEXT
+                    for h in hits)  # fmt: skip
+    if not live or not cancelled:
+        return list(hits)
+    return [dataclasses.replace(h, role=Role.WEAK) if h.signature == "stack_in_collective"
+            and _LIVE_FRAME.search(h.text) else dataclasses.replace(h, role=Role.CONTEXT)
+            if h.signature == "slurm_cancelled" and not h.fields.get("why") else h
             for h in hits]  # fmt: skip
