@@ -251,6 +251,7 @@ def _specific(root: _Cause, causes: list[_Cause]) -> _Cause:
     if root.signature != "python_exception":
         return root
     near = [c for c in causes if c.kind == "log" and c.strength == 3 and c.signature != "python_exception"
+            and c.category is not Category.DISTRIBUTED_HANG  # a stall report naming this rank: not its why
             and c.evidence.source == root.evidence.source and c.ranks == root.ranks
             and abs((c.evidence.line or 0) - (root.evidence.line or 0)) <= 30]  # fmt: skip
     return min(near, key=lambda c: abs((c.evidence.line or 0) - (root.evidence.line or 0))) if near else root
