@@ -326,6 +326,23 @@ def rank_nodes(hits: Iterable[Hit], others: Iterable = ()) -> dict[int, str]:
         if tasks and not tasks.isdigit():
             for r in ranks_of(tasks):
                 nodes.setdefault(r, h.node)
+    return _fill_torchrun_blocks(nodes, hits)
+
+
+def _fill_torchrun_blocks(nodes: dict[int, str], hits: Iterable[Hit]) -> dict[int, str]:
+    """torchrun gives each node a block of `--nproc-per-node` consecutive ranks: a rank no line places
+    sits on the one node its block's other ranks name (round 13: the silent rank 0 beside ranks 1-7)."""
+    per_node = {h.fields["nproc"] for h in hits if h.signature == "torchrun_cmd" and h.fields.get("nproc")}
+    if len(per_node) != 1 or not nodes or int(next(iter(per_node))) < 2:
+        return nodes
+    size = int(next(iter(per_node)))
+    blocks: dict[int, set[str]] = {}
+    for r, node in nodes.items():
+        blocks.setdefault(r // size, set()).add(node)
+    for block, named in blocks.items():
+        if len(named) == 1:
+            for r in range(block * size, block * size + size):
+                nodes.setdefault(r, next(iter(named)))
     return nodes
 
 
