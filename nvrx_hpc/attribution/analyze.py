@@ -21,6 +21,7 @@ from typing import Any
 from nvrx_hpc.attribution.aliases import apply_aliases
 from nvrx_hpc.attribution.api import SCHEMA_VERSION, FileProblem, Hit, Verdict
 from nvrx_hpc.attribution.cgroup_task import global_cgroup_tasks
+from nvrx_hpc.attribution.channel_ranks import rank_pids_by_channels
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
 from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
 from nvrx_hpc.attribution.lines import LineContext
@@ -211,6 +212,7 @@ def analyze(
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
     hits = enrich(traceback_ranks(global_cgroup_tasks(align_years(log_dir_ranks(mark_local_prefixes(hits)), dated))))
     hits = name_victims(drop_recovered(traceback_ranks(hits, headers=("ray_task_error",))))
+    hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked
     hits = hung_cancels(own_cancels(hits))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]

@@ -101,7 +101,7 @@ def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok
     """pid -> global rank. Global sources first (torchrun's box, a line that carries both a pid and its
     global rank, NCCL's world communicator); a local rank (`local_rank: 3 (pid: 2231)`) only for a pid
     no global source names, and not when srun started one launcher per node (several nodes: a local
-    rank is not the rank); last, NCCL's channel lines."""
+    rank is not the rank)."""
     world = max((int(h.fields["world"]) for h in hits if h.signature == "nccl_comm_init"
                  and h.fields.get("world", "").isdigit()), default=0)  # fmt: skip
     sure: dict[str, int] = {}
@@ -120,17 +120,7 @@ def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok
             sure.setdefault(pid, h.rank)
         elif local_ok and (h.rank is not None or h.fields.get("local_rank", "").isdigit()):
             local.setdefault(pid, h.rank if h.rank is not None else int(h.fields["local_rank"]))
-    return {**_channel_ranks(hits), **local, **sure}
-
-
-def _channel_ranks(hits: Sequence[Hit]) -> dict[str, int]:
-    """pid -> rank from NCCL's channel lines (the sender's own rank, the receiver's with `[receive]`), for
-    a pid whose lines all give the same rank: a pid in several communicators has several ranks."""
-    seen: dict[str, set[int]] = defaultdict(set)
-    for h in hits:
-        if h.signature == "nccl_channel" and _pid(h):
-            seen[_pid(h)].add(int(h.fields["dst"] if h.fields.get("recv") else h.fields["src"]))
-    return {pid: next(iter(ranks)) for pid, ranks in seen.items() if len(ranks) == 1}
+    return {**local, **sure}
 
 
 def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:

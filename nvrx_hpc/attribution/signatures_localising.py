@@ -21,15 +21,6 @@ LOCALISING: tuple[Signature, ...] = (
         ("n3:2231:2290 [5] NCCL INFO comm 0x55d0c0 rank 13 nranks 16 cudaDev 5 busId ab000 - Init COMPLETE",
          "n3:2231:2290 [5] NCCL INFO comm 0x55a8167a rank 13 nRanks 16 nNodes 2 localRanks 8 localRank 5 MNNVL 0"),
     ),
-    Signature(  # NCCL's connection set-up: the printing process is the sender (the left rank), or the
-        # receiver with `[receive]`; launchers.py ties the pid to that rank when nothing surer does (round 13)
-        "nccl_channel", _D, _CTX,
-        r"^[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] NCCL INFO Channel \d+(?:/\d+)? : (?P<src>\d+)\[[0-9a-fx]+\] -> "
-        r"(?P<dst>\d+)\[[0-9a-fx]+\](?P<recv> \[receive\])?",
-        ("Channel",), None, "NCCL channel {src} -> {dst}",
-        ("gpu-d05:21877:21990 [2] NCCL INFO Channel 00 : 6[5e000] -> 7[86000] via direct shared memory",
-         "n1:311:402 [0] NCCL INFO Channel 00/0 : 9[0] -> 1[0] [receive] via NET/IB/0"),
-    ),
     Signature(
         "world_size", _D, _CTX,
         r"(?:\bworld_size[=:] ?(?P<world>\d+)|\bWORLD_SIZE=(?P<world2>\d+)|GLOBAL_RANK: (?P<rank>\d+), MEMBER: "

@@ -15,9 +15,8 @@ end (round 13).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-
 import re
+from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Hit, Role
 
