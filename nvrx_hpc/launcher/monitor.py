@@ -109,7 +109,7 @@ class StepWatch:
                 await asyncio.sleep(0)
         max_iteration = max(iterations) if iterations else None
         if stopping:
-            await step.stop(self.s.stop_grace_s + 2)
+            await self._stop(step, {f.node for f in findings if f.kind == "agent_lost" and f.node})
             self.events.emit("launcher.step.stopped", reason=findings[0].reason if findings else "")
         rc = await waiter
         if rc != 0 and not findings and tentative:
@@ -117,6 +117,27 @@ class StepWatch:
             for f in findings:
                 self.events.emit("launcher.rank.exited", node=f.node, rank=f.rank, reason=f.reason)
         return findings, max_iteration, rc
+
+    async def _stop(self, step: SrunStep, lost: set[str]) -> None:
+        """SIGTERM to srun, SIGKILL after the grace. With a node lost, srun waits out the whole grace for that
+        node's tasks, which never answer: once every rank of the other nodes has exited, the step is over."""
+        stopping = asyncio.ensure_future(step.stop(self.s.stop_grace_s + 2))
+        healthy = {int(r) for r, node in self.rank_nodes.items() if node in self._nodes and node not in lost}
+        exited: set[int] = set()
+        while lost and healthy and not stopping.done():
+            try:
+                event = await asyncio.wait_for(self.hub.events.get(), timeout=0.05)
+            except asyncio.TimeoutError:
+                continue
+            msg = event.msg
+            if isinstance(msg, m.RankEvent) and msg.event is RankEventKind.EXITED and event.node not in lost:
+                exited.add(msg.rank)
+            if healthy <= exited:
+                self.events.emit("launcher.step.lost_node_wait_cut", reason="every rank of the healthy nodes "
+                                 "exited; srun only waits for the lost nodes' tasks")  # fmt: skip
+                step.kill()
+                break
+        await stopping
 
     def _take(self, event: HubEvent) -> None:
         """One agent event: a finding is decided and recorded here, at once. Never raises (the hub calls it

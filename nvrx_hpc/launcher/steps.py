@@ -101,6 +101,14 @@ class SrunStep:
         assert self.proc is not None  # noqa: S101 - internal invariant: start() ran
         return await self.proc.wait()
 
+    def kill(self) -> None:
+        """SIGKILL to srun's process group now (its tasks are gone; it would only wait for a lost node's)."""
+        if self.proc is not None and self.proc.returncode is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     async def stop(self, grace_s: float) -> int | None:
         """SIGTERM to srun (it forwards it to the tasks), SIGKILL after `grace_s`."""
         if self.proc is None or self.proc.returncode is not None:

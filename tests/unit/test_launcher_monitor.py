@@ -122,3 +122,52 @@ def test_an_agent_silent_past_its_limit_is_lost(tmp_path):
     findings, _iteration, _rc = asyncio.run(scenario())
     assert [(f.kind, f.node) for f in findings] == [("agent_lost", "n2")]
     assert "silent for 16" in findings[0].reason
+
+
+class LostNodeStep(ScriptedStep):
+    """srun with a lost node: SIGTERM ends nothing (it waits for the lost node's tasks) until SIGKILL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.killed_at: float | None = None
+
+    async def stop(self, grace: float) -> None:
+        self.stopped = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self.done), grace)
+        except asyncio.TimeoutError:
+            self.kill()
+
+    def kill(self) -> None:
+        self.killed_at = asyncio.get_running_loop().time()
+        if not self.done.done():
+            self.done.set_result(-9)
+
+
+def test_a_lost_node_does_not_hold_the_stop_once_the_other_nodes_ranks_exited(tmp_path):
+    async def scenario():
+        clock = FakeClock()
+        watch, hub = _watch(tmp_path, ["n1", "n2"], clock, agent_silent_s=15.0)
+        hub.agents["n1"].ranks = {"0": {}, "1": {}}
+        hub.agents["n2"].ranks = {"2": {}, "3": {}}
+        hub.agents["n2"].last_seen = clock.now - 16
+        step = LostNodeStep()
+        loop = asyncio.get_running_loop()
+
+        async def advance():
+            for _ in range(40):
+                await asyncio.sleep(0.01)
+                clock.now += 0.1
+                hub.agents["n1"].last_seen = clock.now
+            for rank in (0, 1):  # SIGTERM reached n1's ranks; n2's never answer
+                hub.events.put_nowait(_rank_event("n1", rank, "exited", exit_code=0))
+        task = asyncio.ensure_future(advance())
+        started = loop.time()
+        result = await watch.run(step, ["n1", "n2"])
+        await task
+        return result, step.killed_at - started, (tmp_path / "events.jsonl").read_text()
+
+    (findings, _iteration, rc), killed_after, events = asyncio.run(scenario())
+    assert [(f.kind, f.node) for f in findings] == [("agent_lost", "n2")] and rc == -9
+    assert killed_after < 1.5  # not the 2 s grace (stop_grace_s 0 + 2) srun would wait for n2's tasks
+    assert "launcher.step.lost_node_wait_cut" in events
