@@ -183,6 +183,10 @@ def judge(
         if len(ranks) >= 2:
             return Judgement((), (), True, False,
                              "; several ranks found it full, so the shared file system is full, not one rank's disk")
+        if len(nodes) == 1 and _other_nodes(nodes, rank_nodes, job_nodes):
+            # No path and one writer: the job's other nodes wrote the same without it, so its own disk (round 14)
+            return Judgement(ranks, nodes, True, True, f"; one writer on {nodes[0]} found its disk full while the "
+                                                       "job's other nodes ran the same work")  # fmt: skip
         return Judgement(ranks, nodes, False, False, "; one writer filled it: the job's demand")
     if signature in HOST_OOM:
         if len(nodes) == 1 and _oom_is_global(nodes[0], hits) and _other_nodes(nodes, rank_nodes, job_nodes):
