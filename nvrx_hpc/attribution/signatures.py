@@ -210,9 +210,10 @@ CATALOG: tuple[Signature, ...] = (
         ("slurmstepd: error: *** JOB 494583 ON n1 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***",),
     ),
     Signature(
-        "slurm_preempted", _S, _ROOT, rf"{_SLURM_CANCEL} DUE TO PREEMPTION", ("PREEMPTION",), True,
-        "job was preempted",
-        ("slurmstepd: error: *** JOB 77 ON n2 CANCELLED AT 2024-04-20T09:09:37 DUE TO PREEMPTION ***",),
+        "slurm_preempted", _S, _ROOT, rf"{_SLURM_CANCEL} DUE TO (?:PREEMPTION|JOB REQUEUE)", ("PREEMPTION", "REQUEUE"),
+        True, "job was preempted or requeued",
+        ("slurmstepd: error: *** JOB 77 ON n2 CANCELLED AT 2024-04-20T09:09:37 DUE TO PREEMPTION ***",
+         "slurmstepd: error: *** JOB 60814 ON n2 CANCELLED AT 2022-08-12T02:06:12 DUE TO JOB REQUEUE ***"),
     ),
     Signature(  # weak: srun cancels the step itself when a task dies; a cancel is a cause only alone
         "slurm_cancelled", _S, _WEAK, rf"{_SLURM_CANCEL}(?: DUE TO (?P<why>[A-Za-z_ ]+?))? \*\*\*",
