@@ -38,7 +38,7 @@ from nvrx_hpc.attribution.localise import (
 from nvrx_hpc.attribution.prompts import place_by_prompts, read_prompts
 from nvrx_hpc.attribution.resources import DiskRow
 from nvrx_hpc.attribution.scanner import Scanner
-from nvrx_hpc.attribution.srun_cancel import hung_cancels, own_cancels
+from nvrx_hpc.attribution.srun_cancel import hang_before_limit, hung_cancels, own_cancels
 from nvrx_hpc.attribution.verdict import Findings, decide
 from nvrx_hpc.core.errors import AttributionError
 
@@ -213,7 +213,7 @@ def analyze(
     hits = enrich(traceback_ranks(global_cgroup_tasks(align_years(log_dir_ranks(mark_local_prefixes(hits)), dated))))
     hits = name_victims(drop_recovered(traceback_ranks(hits, headers=("ray_task_error",))))
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked
-    hits = hung_cancels(own_cancels(hits))
+    hits = hang_before_limit(hung_cancels(own_cancels(hits)))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     fr = analyze_files(files.fr_dumps, relative_to=files.root) if files.fr_dumps else None

@@ -9,7 +9,8 @@ what made the task exit is not the scheduler. Every cancel line of that step, in
 
 A user's cancel after live stack dumps (py-spy's or gdb's `all_reduce (torch/distributed/distributed_c10d.py:1322)`
 frames) ended a job that hung in a collective: the stacks are the evidence of that hang, the cancel its
-end (round 13).
+end (round 13). So does a time limit or a preemption that comes after collective timeouts: the ranks had
+hung, and the watchdog had taken them down, before the scheduler ended the job (round 14).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Hit, Role
 
-__all__ = ["own_cancels", "hung_cancels"]
+__all__ = ["own_cancels", "hung_cancels", "hang_before_limit"]
 
 
 def own_cancels(hits: Sequence[Hit]) -> list[Hit]:
@@ -55,3 +56,22 @@ def hung_cancels(hits: Sequence[Hit]) -> list[Hit]:
             and _LIVE_FRAME.search(h.text) else dataclasses.replace(h, role=Role.CONTEXT)
             if h.signature == "slurm_cancelled" and not h.fields.get("why") else h
             for h in hits]  # fmt: skip
+
+
+_TIMEOUTS = ("watchdog_timeout", "collective_timeout")
+_SCHEDULER_ENDS = ("slurm_time_limit", "slurm_preempted")
+
+
+def _before(a: Hit, b: Hit) -> bool:
+    if a.time is not None and b.time is not None:
+        return a.time < b.time
+    return a.source == b.source and a.line < b.line
+
+
+def hang_before_limit(hits: Sequence[Hit]) -> list[Hit]:
+    """Demote to context a time limit or preemption that came after collective timeouts."""
+    ends = [h for h in hits if h.signature in _SCHEDULER_ENDS]
+    timeouts = [h for h in hits if h.signature in _TIMEOUTS]
+    if not ends or not timeouts or not all(any(_before(t, e) for t in timeouts) for e in ends):
+        return list(hits)
+    return [dataclasses.replace(h, role=Role.CONTEXT) if h.signature in _SCHEDULER_ENDS else h for h in hits]
