@@ -19,7 +19,7 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 
-from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.lines import parse_time, ranks_of
 from nvrx_hpc.attribution.local_ranks import file_local_maps, label_node_ranks
 
@@ -155,6 +155,21 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
     return out, True
 
 
+def _first_failure_below(h: Hit, boxes: dict[tuple[str, int], _Box]) -> tuple[int | None, str | None]:
+    """A cause that names no rank nor host, printed above torchrun's box for the job's first failure (the
+    earliest `time :` of the file's boxes, one rank): that rank and host (round 14: a rich traceback's ECC
+    error, the other node's boxes its teardown)."""
+    timed = [(line, box) for (source, line), box in boxes.items() if source == h.source and box.time is not None]
+    if len(timed) < 2:
+        return None, None
+    first = min(box.time for _, box in timed)
+    earliest = [(line, box) for line, box in timed if box.time == first]
+    below = [line for line, _ in timed if line > h.line]
+    if len(earliest) != 1 or not below or earliest[0][0] != min(below):
+        return None, None
+    return earliest[0][1].rank, earliest[0][1].host
+
+
 def enrich(hits: Sequence[Hit]) -> list[Hit]:
     """Give hits the global rank, host and failure time that other lines say: a pid named with its rank
     elsewhere, torchrun's failure box (its host, time and pid for its rank; its local rank for the lines
@@ -200,6 +215,8 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
             rank = mapped if mapped is not None else None if launchers else local
         if rank is None and len(in_box.get(h.source, ())) == 1:
             rank = next(iter(in_box[h.source]))
+        elif rank is None and node is None and h.role is Role.ROOT:
+            rank, node = _first_failure_below(h, boxes)
         box = boxes.get((h.source, h.line)) or exits.get((h.source, h.line))
         if box is not None:
             rank, node = box.rank, node or box.host
