@@ -23,7 +23,7 @@ from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.lines import parse_time, ranks_of
 from nvrx_hpc.attribution.local_ranks import file_local_maps, label_node_ranks
 
-__all__ = ["enrich", "name_victims", "name_oom_victims", "NOT_HOSTS"]
+__all__ = ["enrich", "name_victims", "name_oom_victims", "ds_mapping", "NOT_HOSTS"]
 
 NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
 _MAPPING_ITEM = re.compile(r"'([^']+)': \[([\d, ]*)\]")
@@ -73,7 +73,7 @@ def _boxes(hits: Sequence[Hit]) -> dict[tuple[str, int], _Box]:
     return out
 
 
-def _ds_mapping(hits: Sequence[Hit]) -> dict[str, list[int]]:
+def ds_mapping(hits: Sequence[Hit]) -> dict[str, list[int]]:
     """host -> its global ranks in order, from DeepSpeed's `global_rank_mapping=` line."""
     for h in hits:
         if h.signature == "ds_rank_mapping":
@@ -178,7 +178,7 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
     hits, launchers = _launcher_tasks(hits)
     boxes = _boxes(hits)
     pid_rank = _pid_ranks(hits, boxes, local_ok=not launchers)
-    mapping = _ds_mapping(hits)
+    mapping = ds_mapping(hits)
     in_box: dict[str, set[int]] = defaultdict(set)
     local_global: dict[tuple[str, int], set[int]] = defaultdict(set)
     exits: dict[tuple[str, int], _Box] = {}

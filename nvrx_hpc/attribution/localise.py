@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from nvrx_hpc.attribution.aliases import node_aliases
 from nvrx_hpc.attribution.api import Hit, Role
-from nvrx_hpc.attribution.launchers import NOT_HOSTS, enrich, name_oom_victims, name_victims
+from nvrx_hpc.attribution.launchers import NOT_HOSTS, ds_mapping, enrich, name_oom_victims, name_victims
 from nvrx_hpc.attribution.lines import LEAD_STAMP, parse_time, ranks_of
 from nvrx_hpc.attribution.peers import sample_addresses
 from nvrx_hpc.attribution.resources import DiskRow, file_host, sample_disks
@@ -317,7 +317,8 @@ def _int(value: str | None) -> int | None:
 
 
 def rank_nodes(hits: Iterable[Hit], others: Iterable = ()) -> dict[int, str]:
-    """rank -> node from every hit and record/event that names both, and `srun: error: host: tasks 4-5`."""
+    """rank -> node from every hit and record/event that names both, `srun: error: host: tasks 4-5` and
+    DeepSpeed's `global_rank_mapping=`."""
     nodes: dict[int, str] = {}
     for item in others:
         if item.rank is not None and item.node and item.rank not in nodes:
@@ -331,6 +332,9 @@ def rank_nodes(hits: Iterable[Hit], others: Iterable = ()) -> dict[int, str]:
         if tasks and not tasks.isdigit():
             for r in ranks_of(tasks):
                 nodes.setdefault(r, h.node)
+    for host, ranks in ds_mapping(hits).items():  # DeepSpeed's `global_rank_mapping=` (round 14)
+        for r in ranks:
+            nodes.setdefault(r, host)
     return _fill_torchrun_blocks(nodes, hits)
 
 
