@@ -82,6 +82,13 @@ CATALOG: tuple[Signature, ...] = (
          "counter exceeded(12) opcode=Send(0) vendor_err=129 localGid ::ffff:10.0.0.3 hca mlx5_0",
          "n3:812:930 [2] NCCL WARN NET/IB/GIN: Got completion from peer 10.0.0.7<40213> with status=12 opcode=1"),
     ),
+    Signature(  # NCCL before 2.4 names no peer: `Got completion with error 12` (retry exceeded); weak, like a
+        # flush: the printer may be either end of the link (round 14)
+        "nccl_ib_completion_unnamed", _N, _WEAK, r"NET/IB ?: Got completion with error (?P<status>\d+), opcode",
+        ("Got completion with error",), True, "InfiniBand completion error (status {status})",
+        ("gpu-c03:22411:22655 [1] transport/net_ib.cc:827 NCCL WARN NET/IB : Got completion with error 12, opcode 0, "
+         "len 0, vendor err 129",),
+    ),
     Signature(
         "nic_link_down", _N, _ROOT,
         r"(?:mlx5_core(?: (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d))?[^\n]*"

@@ -228,11 +228,11 @@ def _pick_root(causes: list[_Cause], rank_nodes: dict[int, str]) -> tuple[_Cause
         return None, ()
     best = max(c.strength for c in usable)
     root = min((c for c in usable if c.strength == best), key=_key)
-    if root.signature == "launcher.culprit.exited" and root.ranks:
-        # The launcher saw *who* exited; a root signature in that rank's own output says *why*.
-        # Not Slurm's cancel line: the launcher's own kill of the step prints it on the same rank.
-        why = [c for c in causes if c.kind in ("log", "record") and c.strength == 3 and set(c.ranks) & set(root.ranks)
-               and c.category is not Category.SCHEDULER]
+    if root.signature in ("launcher.culprit.exited", "horovod_missing_rank") and root.ranks:
+        # The launcher saw *who* exited (Horovod: who never arrived); that rank's own output says *why* (not
+        # Slurm's cancel line: the launcher's own kill of the step prints it on the same rank; not a hang's).
+        why = [c for c in causes if c.kind in ("log", "record") and c.strength >= (3 if root.kind == "event" else 2)
+               and set(c.ranks) & set(root.ranks) and c.category not in (Category.SCHEDULER, Category.DISTRIBUTED_HANG)]
         if why:
             root = min(why, key=_key)
     root = _specific(root, causes)
