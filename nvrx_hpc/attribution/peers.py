@@ -73,12 +73,29 @@ def sample_addresses(data: bytes) -> dict[str, str]:
     return out
 
 
+_PEERLESS = "nccl_ib_completion_unnamed"  # NCCL before 2.4: `Got completion with error 12`, no peer named
+
+
+def peerless(cause: object) -> bool:
+    """Whether a cause is a completion error that names no peer (its reporters' hosts are the evidence)."""
+    return getattr(cause, "signature", None) == _PEERLESS
+
+
 @dataclass(frozen=True)
 class PeerFinding:
     node: str | None  # the peer host most reporters name; None when the logs do not single one out
     peer: str | None  # the address they name
     reporters: int  # how many hosts reported a peer
-    votes: int  # how many of them name `peer`
+    votes: int  # how many of them name `peer` (peerless errors: how many ranks of `node` report)
+    ranks: int = 0  # peerless errors: how many ranks report in all
+
+    def explain(self) -> str:
+        if self.node is None:
+            return f"{self.reporters} hosts report it and no one peer host stands out, so none is named"
+        if self.ranks:
+            return (f"{self.votes} of the {self.ranks} ranks that report it run on {self.node}: a node whose link "
+                    "fails errs on every connection, its peers only on theirs to it")
+        return f"{self.votes} of {self.reporters} reporting hosts name their peer {self.node}"
 
 
 def peer_suspect(
@@ -105,7 +122,7 @@ def peer_suspect(
             hosts.setdefault(_norm(local.group("local")), host)
         named.append((host, _norm(peer.group("peer"))))
     if len({host for host, _ in named}) < 2:
-        return None
+        return _peerless_majority(hits, rank_nodes)
     votes: dict[str, set[str]] = defaultdict(set)
     known = set(rank_nodes.values()) | {host for host, _ in named}
     for host, peer in named:
@@ -121,3 +138,21 @@ def peer_suspect(
         return PeerFinding(None, None, reporters, len(voters))
     node = top if top in known or top in hosts.values() else None
     return PeerFinding(node, top, reporters, len(voters))
+
+
+def _peerless_majority(hits: Iterable[Hit], rank_nodes: Mapping[int, str]) -> PeerFinding | None:
+    """Completion errors that name no peer, reported from two or more hosts: the host that holds more than
+    half of the reporting ranks (at least two), whose own link failed; None when no host does."""
+    reporters: dict[str, set[int]] = defaultdict(set)
+    for h in hits:
+        if h.signature == _PEERLESS and h.rank is not None:
+            host = h.node or rank_nodes.get(h.rank)
+            if host is not None:
+                reporters[host].add(h.rank)
+    if len(reporters) < 2:
+        return None
+    total = sum(len(r) for r in reporters.values())
+    host, ranks = max(reporters.items(), key=lambda kv: len(kv[1]))
+    if len(ranks) < 2 or 2 * len(ranks) <= total:
+        return PeerFinding(None, None, len(reporters), 0, total)
+    return PeerFinding(host, None, len(reporters), len(ranks), total)

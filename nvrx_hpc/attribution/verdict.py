@@ -38,7 +38,7 @@ from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
 from nvrx_hpc.attribution.lone_exit import exited_on_node, lone_exit_rank
 from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node
-from nvrx_hpc.attribution.peers import names_peer, peer_suspect
+from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
 from nvrx_hpc.attribution.resources import DiskRow, judge
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
@@ -358,16 +358,14 @@ def decide(f: Findings) -> Verdict:
     if root.signature == "nccl_ib_async_event" and len(ranks) > 1:
         ranks = []  # several ranks saw their node's adapter fail: the node's network, not one rank's
     peer_unknown = False
-    if category is Category.NETWORK and root.kind == "log" and names_peer(root.evidence.text):
+    if category is Category.NETWORK and root.kind == "log" and (names_peer(root.evidence.text) or peerless(root)):
         # Several hosts report errors talking to a peer: the peer most of them name, not the reporters
         # (a root that is a host's own link going down stays that host's).
         peer = peer_suspect(f.hits, rank_nodes, f.addr_hosts)
         if peer is not None:
             ranks, nodes, gpus = [], [peer.node] if peer.node else [], []
             peer_unknown = peer.node is None
-            found_by = (f"; {peer.votes} of {peer.reporters} reporting hosts name their peer {peer.node}"
-                        if peer.node else
-                        f"; {peer.reporters} hosts report it and no one peer host stands out, so none is named")
+            found_by = "; " + peer.explain()
     downs = [(n, c.time, c.evidence.text) for c in co for n in c.nodes if c.signature == "nic_link_down"]
     together = fabric_wide(downs) if root.signature == "nic_link_down" else 0
     if together:  # links of several hosts lost at once: the switch they share, not one node (fabric.py)

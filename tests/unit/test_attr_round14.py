@@ -68,3 +68,21 @@ def test_a_horovod_missing_ranks_own_peerless_completion_error_makes_it_a_networ
            "[1,2]<stderr>:Missing ranks:", "[1,2]<stderr>:9: [allreduce.layer4.2.conv3.weight]"]
     v = analyze_run(write_run(tmp_path, {"hvd_resnet_291877.log": out})).verdict
     assert v.category is Category.NETWORK and v.culprit.nodes == ("gpu-c03",)
+
+
+def _completion(rank: int, host: str) -> str:
+    return (f"[1,{rank}]<stdout>:{host}:2241{rank}:2265{rank} [{rank % 4}] transport/net_ib.cc:827 NCCL WARN NET/IB : "
+            "Got completion with error 12, opcode 0, len 0, vendor err 129")
+
+
+def test_peerless_completion_errors_name_the_host_holding_most_reporting_ranks(tmp_path):
+    out = [_completion(8, "gpu-c03"), _completion(9, "gpu-c03"), _completion(11, "gpu-c03"),
+           _completion(7, "gpu-c02"), _completion(12, "gpu-c04")]
+    v = analyze_run(write_run(tmp_path, {"hvd.log": out})).verdict
+    assert v.category is Category.NETWORK and (v.culprit.ranks, v.culprit.nodes) == ((), ("gpu-c03",))
+
+
+def test_peerless_completion_errors_split_evenly_name_no_host(tmp_path):
+    out = [_completion(4, "gpu-c02"), _completion(5, "gpu-c02"), _completion(8, "gpu-c03"), _completion(9, "gpu-c03")]
+    v = analyze_run(write_run(tmp_path, {"hvd.log": out})).verdict
+    assert v.category is Category.NETWORK and v.culprit.nodes == ()
