@@ -183,7 +183,7 @@ def judge(
         if len(ranks) >= 2:
             return Judgement((), (), True, False,
                              "; several ranks found it full, so the shared file system is full, not one rank's disk")
-        if len(nodes) == 1 and _other_nodes(nodes, rank_nodes, job_nodes):
+        if len(nodes) == 1 and not _ENOSPC_PATH.search(text) and _other_nodes(nodes, rank_nodes, job_nodes):
             # No path and one writer: the job's other nodes wrote the same without it, so its own disk (round 14)
             return Judgement(ranks, nodes, True, True, f"; one writer on {nodes[0]} found its disk full while the "
                                                        "job's other nodes ran the same work")  # fmt: skip
