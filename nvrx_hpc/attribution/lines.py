@@ -16,7 +16,7 @@ from nvrx_hpc.attribution.api import Hit
 from nvrx_hpc.attribution.signatures import CATALOG, Signature, exception_role
 
 __all__ = ["classify_line", "parse_time", "read_header", "LineContext", "split_prefix", "split_prefixes", "ranks_of",
-           "MAX_TEXT", "torch_rank_prefixes"]
+           "MAX_TEXT", "torch_rank_prefixes", "hit_ranks"]
 
 MAX_TEXT = 400  # characters of a line kept in a hit
 
@@ -196,6 +196,14 @@ def ranks_of(tasks: str) -> list[int]:
         if len(out) > 100_000:
             return []
     return out
+
+
+def hit_ranks(h: Hit) -> tuple[int, ...]:
+    """A hit's ranks: its own, or every task srun's OOM line names (`tasks 13-15: Out Of Memory`, round 15;
+    not when srun's tasks were launchers: launchers.py renames the field then)."""
+    if h.rank is not None:
+        return (h.rank,)
+    return tuple(ranks_of(h.fields.get("tasks", ""))) if h.signature == "slurm_oom_kill" else ()
 
 
 def _frac(digits: str | None) -> float:

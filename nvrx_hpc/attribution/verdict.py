@@ -33,7 +33,7 @@ from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, fabric_wide
 from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.gpu_bus import ranks_on_buses
 from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
-from nvrx_hpc.attribution.lines import ranks_of
+from nvrx_hpc.attribution.lines import hit_ranks, ranks_of
 from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
 from nvrx_hpc.attribution.lone_exit import exited_on_node, lone_exit_rank
@@ -130,7 +130,7 @@ def _causes(f: Findings, record_time: dict[int, float]) -> list[_Cause]:
         gpu = f"{h.node}:{h.gpu}" if h.node and h.gpu else h.gpu
         out.append(_Cause(
             "log", h.signature, h.category, _STRENGTH[h.role], h.summary,
-            Evidence(h.source, h.text, line=h.line), when, (h.rank,) if h.rank is not None else (),
+            Evidence(h.source, h.text, line=h.line), when, hit_ranks(h),
             (h.node,) if h.node else (), (gpu,) if gpu else (), h.restartable, h.order,
             f"{h.signature}:{h.fields.get('exc', '')}",
         ))  # fmt: skip
