@@ -3,7 +3,8 @@
 `*** STEP 12.0 ON n1 CANCELLED AT ... ***` with no `DUE TO` reason is what Slurm prints both when a
 user runs `scancel` and when srun kills the step because one task exited with a code of its own
 (`--kill-on-bad-exit`, srun's `Terminating StepId=12.0`). In the second case srun reports that task
-first (`srun: error: n3: task 10: Exited with exit code 1`): the cancel follows from that exit, and
+first (`srun: error: n3: task 10: Exited with exit code 1`, or a signal of its own: `tasks 8-11: Killed`;
+`Terminated` is srun's own teardown): the cancel follows from that exit, and
 what made the task exit is not the scheduler. Every cancel line of that step, in any file (the job's
 `.err` often holds the cancel line alone), is then context: on the timeline, never a cause.
 
@@ -24,11 +25,15 @@ from nvrx_hpc.attribution.api import Hit, Role
 __all__ = ["own_cancels", "hung_cancels", "hang_before_limit"]
 
 
+_OWN_SIGNALS = ("Killed", "Segmentation fault", "Aborted", "Bus error")  # not `Terminated`: srun's own teardown
+
+
 def own_cancels(hits: Sequence[Hit]) -> list[Hit]:
     """Demote to context the reasonless cancel lines of a step srun killed after a task's own exit."""
     first_exit: dict[str, int] = {}  # file -> line of the first task srun saw exit with a code
     for h in hits:
-        if h.signature == "srun_task_exit" and h.fields.get("code", "0") not in ("", "0"):
+        if h.signature == "srun_task_exit" and (h.fields.get("code", "0") not in ("", "0")
+                                                or h.fields.get("what") in _OWN_SIGNALS):
             first_exit[h.source] = min(first_exit.get(h.source, h.line), h.line)
     steps = {h.fields.get("job") for h in hits
              if h.signature == "slurm_cancelled" and not h.fields.get("why")
