@@ -404,7 +404,8 @@ CATALOG: tuple[Signature, ...] = (
 
 # Exceptions that are the visible end of a failure elsewhere, not a cause of their own.
 CASCADE_EXCEPTIONS = ("DistBackendError", "ChildFailedError", "KeyboardInterrupt", "DistNetworkError", "SystemExit",
-                      "SignalException", "HorovodInternalError", "RayActorError")
+                      "SignalException", "HorovodInternalError", "RayActorError",
+                      "TrainingFailedError")  # Ray Train's wrapper: "inspect the previous error messages"
 # NCCL's own error types name where the trouble is; they are a cause only when nothing stronger is found.
 _NCCL_EXCEPTIONS = {"ncclSystemError": _N, "ncclRemoteError": _N, "ncclInternalError": _F,
                     "ncclUnhandledCudaError": _F, "ncclInvalidUsage": _F}  # fmt: skip
