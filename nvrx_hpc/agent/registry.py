@@ -8,6 +8,8 @@ from enum import Enum
 
 import psutil
 
+from nvrx_hpc.core import proc_start
+
 __all__ = ["RankState", "RankRecord", "Registry"]
 
 
@@ -29,7 +31,7 @@ class RankRecord:
     source: str = "worker"
     state: RankState = RankState.REGISTERED
     registered_at: float = field(default_factory=time.time)
-    create_time: float | None = None
+    started_s: float | None = None  # seconds from boot to the pid's start: unmoved by clock steps
     first_beat_at: float | None = None
     last_beat_at: float | None = None
     beats: int = 0
@@ -60,12 +62,11 @@ class RankRecord:
     def alive(self) -> bool:
         """The PID still runs and is still this rank's process (not a zombie, not a recycled PID)."""
         try:
-            proc = psutil.Process(self.pid)
-            if self.create_time is None:
-                self.create_time = proc.create_time()
-            elif abs(proc.create_time() - self.create_time) > 1.0:
+            if self.started_s is None:
+                self.started_s = proc_start.started_s(self.pid)
+            elif not proc_start.same_start(self.pid, self.started_s):
                 return False
-            return proc.status() != psutil.STATUS_ZOMBIE
+            return psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
 

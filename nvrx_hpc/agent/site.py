@@ -28,6 +28,7 @@ import psutil
 
 from nvrx_hpc.core.config import NvrxConfig, load_config
 from nvrx_hpc.core.errors import NvrxError
+from nvrx_hpc.core.proc_start import same_start, started_s
 from nvrx_hpc.core.safedir import job_dir
 
 __all__ = ["SiteAgentFiles", "start_site_agent", "stop_site_agent", "attach", "ATTACH_WAIT_S"]
@@ -137,8 +138,7 @@ def start_site_agent(env: dict[str, str], config: NvrxConfig) -> dict[str, Any]:
         )  # fmt: skip
     finally:
         os.close(log_fd)
-    created = psutil.Process(proc.pid).create_time()
-    _write_record(files.pid_file, {"pid": proc.pid, "create_time": created, "socket": str(files.socket),
+    _write_record(files.pid_file, {"pid": proc.pid, "started_s": started_s(proc.pid), "socket": str(files.socket),
                                    "uid": uid, "exe": os.path.realpath(sys.executable), "job": job})  # fmt: skip
     return {"pid": proc.pid, "socket": str(files.socket)}
 
@@ -146,7 +146,7 @@ def start_site_agent(env: dict[str, str], config: NvrxConfig) -> dict[str, Any]:
 def _is_our_agent(proc: psutil.Process, record: dict[str, Any], job: str, uid: int) -> bool:
     """The process the record names, and not a recycled pid or someone else's process."""
     try:
-        if abs(proc.create_time() - float(record["create_time"])) >= 0.05 or proc.uids().real != uid:
+        if not same_start(proc.pid, float(record["started_s"])) or proc.uids().real != uid:
             return False
         if os.path.realpath(proc.exe()) != record.get("exe", os.path.realpath(sys.executable)):
             return False
@@ -182,7 +182,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
                 raise ValueError("not a regular file of ours")
             record = json.loads(f.read(4096))
-            int(record["pid"]), float(record["create_time"])
+            int(record["pid"]), float(record["started_s"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise NvrxError(f"unreadable site-agent pid record {path}: {exc}") from None
     return record

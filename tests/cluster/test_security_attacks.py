@@ -19,12 +19,12 @@ import time
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 from _as_user import job_account, run_as, user_dir
 from _hook_log import hook_records
 
 from nvrx_hpc.core.messages import AgentHello
+from nvrx_hpc.core.proc_start import started_s
 from nvrx_hpc.core.wire import Codec, new_token
 from nvrx_hpc.launcher.hub import PREAUTH_PER_SOURCE, AgentHub
 
@@ -119,8 +119,7 @@ def test_forged_pid_records_and_a_fifo_log_leave_other_processes_alone(cluster):
     account = job_account()
     work = user_dir(account, "pid-attack")
     bystander = subprocess.Popen([PY, "-c", "import time, sys; time.sleep(180)", "agent", "--site"])
-    created = psutil.Process(bystander.pid).create_time()
-    forged = json.dumps({"pid": bystander.pid, "create_time": created, "socket": "x", "uid": account.uid,
+    forged = json.dumps({"pid": bystander.pid, "started_s": started_s(bystander.pid), "socket": "x", "uid": account.uid,
                          "exe": os.path.realpath(PY), "job": "0"})  # fmt: skip
     records = cluster.env["NVRX_AGENT__RECORD_DIR"]
     script = work / "job.sh"

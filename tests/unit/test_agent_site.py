@@ -17,6 +17,7 @@ import pytest
 from nvrx_hpc.agent.site import SiteAgentFiles, attach, start_site_agent, stop_site_agent
 from nvrx_hpc.core.config import load_config
 from nvrx_hpc.core.errors import NvrxError
+from nvrx_hpc.core.proc_start import started_s
 from nvrx_hpc.core.wire import new_token, save_token
 from nvrx_hpc.launcher.hub import AgentHub
 
@@ -107,10 +108,10 @@ def test_the_epilog_never_signals_a_recycled_pid(prolog_env):
     files.pid_file.parent.mkdir(parents=True)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        files.pid_file.write_text(f'{{"pid": {bystander.pid}, "create_time": 1.0, "socket": "x"}}\n')
+        files.pid_file.write_text(f'{{"pid": {bystander.pid}, "started_s": 1.0, "socket": "x"}}\n')
         assert stop_site_agent(env, config) == {"pid": bystander.pid, "outcome": "gone", "log_tail": ""}
-        created = psutil.Process(bystander.pid).create_time()  # right start time, but not the job's process
-        files.pid_file.write_text(f'{{"pid": {bystander.pid}, "create_time": {created}, "socket": "x"}}\n')
+        started = started_s(bystander.pid)  # right start time, but not the job's process
+        files.pid_file.write_text(f'{{"pid": {bystander.pid}, "started_s": {started}, "socket": "x"}}\n')
         assert stop_site_agent(env, config) == {"pid": bystander.pid, "outcome": "gone", "log_tail": ""}
         assert bystander.poll() is None
     finally:

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 
 from nvrx_hpc.core.errors import ClusterError
+from nvrx_hpc.core.proc_start import same_start, started_s
 from nvrx_hpc.slurm.devcluster.layout import Layout
 from nvrx_hpc.slurm.runner import CommandRunner
 
@@ -27,21 +28,32 @@ MUNGE_RUN_DIR = Path("/run/munge")
 
 @dataclass(frozen=True)
 class StartedProcess:
-    """A daemon we started. `create_time` guards against killing a recycled PID."""
+    """A daemon we started. `started_s` (seconds from boot to its start) guards against killing a recycled PID."""
 
     name: str
     pid: int
-    create_time: float
+    started_s: float
     argv: tuple[str, ...]
 
 
 def is_alive(proc: StartedProcess) -> bool:
     """Running and still the same process (zombies awaiting a late reaper count as gone)."""
     try:
-        p = psutil.Process(proc.pid)
-        return abs(p.create_time() - proc.create_time) < 1.0 and p.status() != psutil.STATUS_ZOMBIE
+        return same_start(proc.pid, proc.started_s) and psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _started_s(row: dict) -> float:
+    if "started_s" in row:
+        return float(row["started_s"])
+    # A manifest written by older code holds psutil's wall-clock create time: checked the old way, once.
+    try:
+        if abs(psutil.Process(row["pid"]).create_time() - float(row["create_time"])) < 1.0:
+            return started_s(row["pid"])
+    except psutil.Error:
+        pass
+    return -1.0
 
 
 class Manifest:
@@ -55,7 +67,7 @@ class Manifest:
             rows = json.loads(self._path.read_text())
         except (OSError, ValueError):
             return []
-        return [StartedProcess(r["name"], r["pid"], r["create_time"], tuple(r["argv"])) for r in rows]
+        return [StartedProcess(r["name"], r["pid"], _started_s(r), tuple(r["argv"])) for r in rows]
 
     def save(self, procs: Sequence[StartedProcess]) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +108,7 @@ def ensure_munge(runner: CommandRunner, manifest: Manifest) -> None:
     pid_file = MUNGE_RUN_DIR / "munged.pid"
     try:
         pid = int(pid_file.read_text().strip())
-        manifest.add(StartedProcess("munged", pid, psutil.Process(pid).create_time(), tuple(argv)))
+        manifest.add(StartedProcess("munged", pid, started_s(pid), tuple(argv)))
     except (OSError, ValueError, psutil.Error):
         log.warning("munged started but its pid file %s is unreadable; `cluster down` will leave it running", pid_file)
 
@@ -107,7 +119,7 @@ def start_daemon(name: str, argv: Sequence[str], log_path: Path, manifest: Manif
         child = subprocess.Popen(  # noqa: S603 - argv list from our own config
             list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    proc = StartedProcess(name, child.pid, psutil.Process(child.pid).create_time(), tuple(argv))
+    proc = StartedProcess(name, child.pid, started_s(child.pid), tuple(argv))
     manifest.add(proc)
     return proc
 
