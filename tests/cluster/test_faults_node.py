@@ -21,6 +21,7 @@ from _faults import (
     kill_all,
     kinds,
     processes_of_node,
+    revive_node,
     submit,
     train_argv,
     transcript,
@@ -29,7 +30,6 @@ from _faults import (
 )  # fmt: skip
 
 from nvrx_hpc.core.exit_codes import ExitCode
-from nvrx_hpc.slurm.devcluster.processes import start_daemon
 
 # A training script the project has never seen: each rank writes what the launcher told it.
 UNSEEN = """import os, pathlib
@@ -85,23 +85,6 @@ def test_shape_comes_from_the_allocation_and_another_jobs_run_dir_is_set_aside(c
     assert json.loads((run_dir / "job.json").read_text())["submit_time"] != stale["submit_time"]
 
 
-def _revive(cluster, node: str) -> None:
-    """Start the lost node's slurmd again and wait until Slurm has it back."""
-    layout = cluster.dev.layout
-    argv = ["slurmd", "-D", "-N", node, "-f", str(layout.node_etc(node) / "slurm.conf")]
-    start_daemon(f"slurmd-{node}", [cluster.dev.runner.which("slurmd"), *argv[1:]],
-                 layout.log / f"slurmd-{node}.out", cluster.dev.manifest)  # fmt: skip
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        info = cluster.dev.backend.node(node)
-        if info.state == "idle" and info.responding and not info.drained:
-            return
-        if info.down or info.drained:
-            cluster.dev.backend.resume([node])
-        time.sleep(1)
-    raise AssertionError(f"{node} did not come back: {cluster.dev.backend.node(node)}")
-
-
 def test_f4_node_lost_spare_in_partner_restore(cluster, tmp_path, ckpt_baseline):
     """n2 loses power: its slurmd, its slurmstepds and their tasks die at once, and its burst buffer is
     wiped. The agent link drops, n2 is excluded, the spare n3 takes its ranks, which restore their shards
@@ -116,7 +99,7 @@ def test_f4_node_lost_spare_in_partner_restore(cluster, tmp_path, ckpt_baseline)
         subprocess.run(["rm", "-rf", str(bb)], timeout=30, check=True)
         assert wait_job(cluster, job)["state"] == "COMPLETED", transcript(tmp_path, "f4")
     finally:
-        _revive(cluster, "n2")
+        revive_node(cluster, "n2")
     culprit = first(run_dir, "launcher.culprit")
     assert culprit["node"] == "n2" and culprit["detail"]["finding"] == "agent_lost", culprit
     excluded = first(run_dir, "launcher.node.excluded")

@@ -22,12 +22,12 @@ from _faults import (
     kill_all,
     kinds,
     processes_of_node,
+    revive_node,
     sbatch_exec,
     transcript,
     wait_iteration,
     wait_job,
 )  # fmt: skip
-from test_faults_node import _revive
 
 TRAIN = REPO / "examples" / "train_inprocess.py"
 STEPS = 120
@@ -78,7 +78,7 @@ def test_a_lost_node_and_a_simulated_xid_are_recovered_in_process_in_one_step(cl
     finally:
         cluster.run(["scancel", job], timeout=30)
         _nvrx(cluster, "clear-gpu-faults")
-        _revive(cluster, "n2")
+        revive_node(cluster, "n2")
         if cluster.dev.backend.node("n3").drained:
             cluster.dev.backend.resume(["n3"])
     seen = events(run_dir)
