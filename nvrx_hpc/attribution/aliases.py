@@ -39,8 +39,6 @@ def apply_aliases(
 ) -> list[Hit]:
     """`hits` with each node under its Slurm name; `rank_hosts` and `addr_hosts` renamed in place, and every
     aliased address added to `addr_hosts`."""
-    if not aliases:
-        return list(hits)
     for r, host in rank_hosts.items():
         rank_hosts[r] = aliases.get(host, host)
     for addr, host in addr_hosts.items():
@@ -48,4 +46,11 @@ def apply_aliases(
     for alias, node in aliases.items():
         if alias[:1].isdigit() or ":" in alias:
             addr_hosts.setdefault(alias, node)
-    return [dataclasses.replace(h, node=aliases[h.node]) if h.node in aliases else h for h in hits]
+    # A line placed by an address only (a lost node's address, Ray's `ip=` prefix) is on the host the logs
+    # pair that address with; an address they pair with no host places nothing.
+    names = {**{a: h for a, h in addr_hosts.items() if a[:1].isdigit() or ":" in a}, **aliases}
+    out = []
+    for h in hits:
+        node = names.get(h.node or h.fields.get("ray_ip", ""), h.node)
+        out.append(dataclasses.replace(h, node=node) if node != h.node else h)
+    return out

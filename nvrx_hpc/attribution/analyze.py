@@ -22,6 +22,8 @@ from nvrx_hpc.attribution.aliases import apply_aliases
 from nvrx_hpc.attribution.api import SCHEMA_VERSION, FileProblem, Hit, Verdict
 from nvrx_hpc.attribution.cgroup_task import global_cgroup_tasks
 from nvrx_hpc.attribution.channel_ranks import rank_pids_by_channels
+from nvrx_hpc.attribution.crash_exit import crash_exits
+from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminated
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
 from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
 from nvrx_hpc.attribution.lines import LineContext
@@ -210,8 +212,10 @@ def analyze(
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
-    hits = enrich(traceback_ranks(global_cgroup_tasks(align_years(log_dir_ranks(mark_local_prefixes(hits)), dated))))
+    hits = global_cgroup_tasks(align_years(log_dir_ranks(mark_local_prefixes(hits)), dated))
+    hits = enrich(traceback_ranks(place_by_exit_codes(hits)))
     hits = name_victims(drop_recovered(traceback_ranks(hits, headers=("ray_task_error",))))
+    hits = quiet_terminated(crash_exits(hits))
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked
     hits = hang_before_limit(hung_cancels(own_cancels(hits)))
     if since is not None:

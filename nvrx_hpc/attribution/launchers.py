@@ -123,6 +123,10 @@ def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok
     return {**local, **sure}
 
 
+# Ray Train's workers print under Ray's actor prefix: srun's tasks started Ray's nodes, Ray placed the ranks.
+_RAY_TRAIN = re.compile(r"^\((?:RayTrainWorker|TorchTrainer) pid=\d+")
+
+
 def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
     """When srun started one launcher per node (a line's srun label differs from torch's own `[rankN]:`
     beside it: `2: [rank21]:`), srun's task numbers are the launchers, not ranks: a line that only srun
@@ -131,7 +135,7 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
     torchrun ...`) says so too (round 13). Returns the hits so corrected, and whether srun started
     launchers."""
     if not any("task_label" in h.fields and h.fields["task_label"] != str(h.rank) for h in hits) and not any(
-            h.signature == "torchrun_cmd" and _SRUN_TORCHRUN.search(h.text) for h in hits):
+            h.signature == "torchrun_cmd" and _SRUN_TORCHRUN.search(h.text) or _RAY_TRAIN.match(h.text) for h in hits):
         return list(hits), False
     task_host: dict[str, str] = {}
     for h in hits:

@@ -35,6 +35,10 @@ _MPI_RANK = re.compile(r"^\[\d+,(\d{1,7})\]<(?:stdout|stderr|stddiag)>:\s?")  # 
 # pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit or a hyphen,
 # an exception name ("ValueError: ") has neither.
 _HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun)(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*): (?=\S)")
+# A runner that tags each line with its origin and stream: `host [stderr] `, or milabench's
+# `bench.host [stdout] ` (`dinov2-giant-nodes.cn-d003 [stderr] [rank0]:...`, the host maybe a FQDN).
+_STREAM_TAG = re.compile(r"^(?P<tag>[A-Za-z][\w.-]*) \[(?:stdout|stderr|start|end(?: \(\d+\))?)\] ")
+_HOST_PART = re.compile(r"^[A-Za-z][\w-]*\d$")  # the tag's part that names a host ends in a digit
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                                         "Dec"), 1)}  # fmt: skip
 _SYSLOG = re.compile(r"^(?:<\d+>)?(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
@@ -57,6 +61,9 @@ _INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank:? (\d{1,
 _NCCL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 # `node=h3`; Megatron's result validation: `Rank 10, node gpu-h03, device 2, iteration 7: Unexpected result nan`
 _NODE_WORD = re.compile(r"(?:\bnode[:=] ?|\bRank \d{1,7}, node )(?P<node>[A-Za-z][\w.-]*)")
+# Ray's prefix of a remote actor's line: `(RayTrainWorker pid=73310, ip=10.8.2.33) ...`; the address is
+# its host's (aliases.py places the line there where the logs pair the address with a host name).
+_RAY_ACTOR = re.compile(r"^\(\w+ pid=\d+, ip=(?P<ip>[\d.]+|[0-9a-fA-F:]+)\) ")
 _DEVICE_WORD = re.compile(r"\bDevice[:=] ?(?P<dev>\d+)")
 # `_` between date and time: torchrun's failure box (`time : 2024-08-23_13:16:09`).
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
@@ -126,6 +133,10 @@ def _outer_prefixes(line: str) -> tuple[int | None, str | None, str]:
     m = _HOST_PREFIX.match(line)
     if m:
         node = m.group("host")
+        line = line[m.end() :]
+    elif m := _STREAM_TAG.match(line):
+        parts = m.group("tag").split(".")
+        node = next((p for p in parts if _HOST_PART.match(p)), parts[0])
         line = line[m.end() :]
     return label, node, line
 
@@ -228,11 +239,14 @@ def parse_time(text: str, year: int | None = None) -> float | None:
     return None
 
 
+_UNFILLED = re.compile(r"\s*\([^(){}]*\{\w+\}[^(){}]*\)|\s*\{\w+\}")
+
+
 def _summary(sig: Signature, fields: dict[str, str]) -> str:
     try:
         return sig.summary.format_map({k: v for k, v in fields.items()})
-    except (KeyError, IndexError, ValueError):
-        return sig.summary.split("{")[0].strip() or sig.id
+    except (KeyError, IndexError, ValueError):  # an optional field missing: say the rest without it
+        return _UNFILLED.sub("", sig.summary).strip() or sig.id
 
 
 def _first_int(m: re.Match[str] | None) -> int | None:
@@ -309,6 +323,8 @@ def classify_line(
     if node is None:
         word = _NODE_WORD.search(text)
         node = word.group("node") if word else ctx.node
+    if node is None and (ray := _RAY_ACTOR.match(text)):
+        fields["ray_ip"] = ray.group("ip")
     if gpu is None:
         dev = _DEVICE_WORD.search(text)
         gpu = dev.group("dev") if dev else None

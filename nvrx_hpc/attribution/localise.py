@@ -338,21 +338,39 @@ def rank_nodes(hits: Iterable[Hit], others: Iterable = ()) -> dict[int, str]:
     return _fill_torchrun_blocks(nodes, hits)
 
 
-def _fill_torchrun_blocks(nodes: dict[int, str], hits: Iterable[Hit]) -> dict[int, str]:
+def _fill_torchrun_blocks(nodes: dict[int, str], hits: Sequence[Hit]) -> dict[int, str]:
     """torchrun gives each node a block of `--nproc-per-node` consecutive ranks: a rank no line places
-    sits on the one node its block's other ranks name (round 13: the silent rank 0 beside ranks 1-7)."""
+    sits on the one node its block's other ranks name (round 13: the silent rank 0 beside ranks 1-7).
+
+    Without torchrun's command, one world size and the job's hosts give the block (round 16: Ray Train's
+    ranks 0, 4, 8 and 12, one on each of 4 hosts, in a world of 16), when the placed ranks show blocks:
+    each block on one host, no host in two blocks (a cyclic layout, rank r on host r mod N, does not)."""
     per_node = {h.fields["nproc"] for h in hits if h.signature == "torchrun_cmd" and h.fields.get("nproc")}
-    if len(per_node) != 1 or not nodes or int(next(iter(per_node))) < 2:
+    size = int(next(iter(per_node))) if len(per_node) == 1 else _even_share(nodes, hits)
+    if not nodes or size < 2:
         return nodes
-    size = int(next(iter(per_node)))
     blocks: dict[int, set[str]] = {}
     for r, node in nodes.items():
         blocks.setdefault(r // size, set()).add(node)
+    if not per_node and any(len(named) > 1 for named in blocks.values()):
+        return nodes
+    if not per_node and len({n for named in blocks.values() for n in named}) < len(blocks):
+        return nodes
     for block, named in blocks.items():
         if len(named) == 1:
             for r in range(block * size, block * size + size):
                 nodes.setdefault(r, next(iter(named)))
     return nodes
+
+
+def _even_share(nodes: dict[int, str], hits: Sequence[Hit]) -> int:
+    """The ranks each host holds when the logs give one world size over the hosts they name; 0 when not."""
+    worlds = {int(h.fields[k]) for h in hits for k in ("world", "world2") if h.fields.get(k, "").isdigit()}
+    hosts = {h.node for h in hits if h.node}
+    if len(worlds) != 1 or len(hosts) < 2 or not set(nodes.values()) <= hosts:
+        return 0
+    world = next(iter(worlds))
+    return world // len(hosts) if world % len(hosts) == 0 else 0
 
 
 def known_ranks(hits: Iterable[Hit], others: Iterable[int] = ()) -> set[int]:

@@ -205,6 +205,15 @@ CATALOG: tuple[Signature, ...] = (
         ("NODE FAILURE", "Node failure"), True, "Slurm reported a node failure",
         ("srun: error: Node failure on n3",),
     ),
+    Signature(  # Ray's GCS lost a node's raylet: the node crashed, hung or fell off the network
+        "ray_node_dead", _H, _ROOT,
+        r"The node with node id: \w+ and address: (?P<failed>[\w.:-]+)(?: and node name: \S+)? has been marked "
+        r"dead because the detector has missed too many heartbeats",
+        ("has been marked dead",), True, "Ray lost a node (it missed too many heartbeats)",
+        ("2024-04-11 15:10:16,464\tWARNING worker.py:2037 -- The node with node id: 5c7a1e0f and address: "
+         "10.8.2.33 and node name: 10.8.2.33 has been marked dead because the detector has missed too many "
+         "heartbeats from it.",),
+    ),
     Signature(
         "disk_full", _H, _ROOT, r"(?:No space left on device|Disk quota exceeded)",
         ("No space left", "quota exceeded"), False, "disk full or quota exceeded",
@@ -316,11 +325,14 @@ CATALOG: tuple[Signature, ...] = (
     # ---- distributed hang -------------------------------------------------------------------------
     Signature(
         "watchdog_timeout", _D, _WEAK,
-        r"Watchdog caught collective operation timeout: Work\w*\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)",
+        # A console that wraps long lines (milabench's) puts the WorkNCCL(...) on the next line.
+        r"Watchdog caught collective operation timeout:(?: Work\w*\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)|\s*$)",
         ("Watchdog caught",), True, "collective {op} (seq {seq}) timed out",
         ("[rank4]:[E1016 03:31:38.928 ProcessGroupNCCL.cpp:607] [Rank 4] Watchdog caught collective operation "
          "timeout: WorkNCCL(SeqNum=9141, OpType=_ALLGATHER_BASE, NumelIn=19008, NumelOut=152064, "
-         "Timeout(ms)=600000) ran for 600071 milliseconds before timing out.",),
+         "Timeout(ms)=600000) ran for 600071 milliseconds before timing out.",
+         "[rank14]:[E909 09:55:29.307 ProcessGroupNCCL.cpp:607] [Rank 14] Watchdog caught collective operation "
+         "timeout: "),
     ),
     Signature(
         "collective_timeout", _D, _WEAK,

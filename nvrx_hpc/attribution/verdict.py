@@ -61,7 +61,7 @@ _SLURM_STATES = {  # job state -> (category, strength, restartable, text)
     "CANCELLED": (Category.SCHEDULER, 2, False, "the job was cancelled"),
 }
 # Causes that end a whole node: its ranks are the ones left when the others are placed elsewhere.
-_NODE_LOST = ("node_failure", "slurm.node_fail")
+_NODE_LOST = ("node_failure", "slurm.node_fail", "ray_node_dead")
 _SIGNAL_CAUSE = {  # signal -> (category, strength, text)
     "SIGSEGV": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGSEGV"),
     "SIGBUS": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGBUS"),
@@ -338,7 +338,7 @@ def decide(f: Findings) -> Verdict:
     if root.kind == "log" and len(named) >= 2 and universe and named >= universe:
         ranks, nodes_from_co = [], False  # every rank failed the same way: the job's code or data, not one rank
     if category is Category.UNKNOWN and root.kind == "log" and root.strength == 1:
-        ended = {h.node for h in f.hits if h.signature == root.signature and h.node}
+        ended = {h.node for h in f.hits if h.signature == root.signature and h.node and h.role is not Role.CONTEXT}
         if len(ended) >= 2 and ended >= {h.node for h in f.hits if h.node} | set(f.listed_nodes) | set(f.job_nodes):
             ranks, nodes_from_co = [], False  # every node of the job ended alike (srun's tasks may be launchers)
     if category is Category.APPLICATION and root.kind == "log" and not ranks:

@@ -1,0 +1,33 @@
+"""A launcher that saw its rank die by SIGSEGV, SIGBUS or SIGILL reports a crash (round 16).
+
+DeepSpeed's launcher (`'--local_rank=2' ...] exits with return code = -11`) and torchrun (`failed
+(exitcode: -11) local_rank: 2`) report every worker that ends, and most of those ends are the teardown
+after a failure elsewhere: such lines are cascades. A crash signal is not teardown. When the crashed
+process printed nothing itself (no `Segmentation fault`, no stack), the launcher's line is the only
+trace of the crash, and the peers' `ncclRemoteError: ... remote process exited` lines that follow are
+its consequence. The line becomes a weak framework-crash cause of its rank: any cause printed as a
+cause (a GPU's Xid, a traceback) still outranks it, and an earlier weak cause still comes first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from nvrx_hpc.attribution.api import Category, Hit, Role
+
+_LAUNCHER_EXITS = ("ds_launcher_exit", "elastic_child_failed")
+_CRASH_SIGNALS = {"-11": "SIGSEGV", "-7": "SIGBUS", "-4": "SIGILL", "139": "SIGSEGV", "135": "SIGBUS",
+                  "132": "SIGILL"}  # fmt: skip
+
+
+def crash_exits(hits: Sequence[Hit]) -> list[Hit]:
+    """`hits` with each launcher report of a placed rank's crash signal made a weak framework-crash cause."""
+    out = []
+    for h in hits:
+        signal = _CRASH_SIGNALS.get(h.fields.get("code", ""))
+        if h.signature in _LAUNCHER_EXITS and signal and h.rank is not None and h.role is Role.CASCADE:
+            h = dataclasses.replace(h, role=Role.WEAK, category=Category.FRAMEWORK_CRASH, restartable=True,
+                                    summary=f"the launcher saw rank {h.rank} crash with {signal}")  # fmt: skip
+        out.append(h)
+    return out
