@@ -1,4 +1,4 @@
-"""A launcher that saw its rank die by SIGSEGV, SIGBUS or SIGILL reports a crash (round 16).
+"""A launcher that saw its rank die by SIGSEGV or SIGILL reports a crash (round 16).
 
 DeepSpeed's launcher (`'--local_rank=2' ...] exits with return code = -11`) and torchrun (`failed
 (exitcode: -11) local_rank: 2`) report every worker that ends, and most of those ends are the teardown
@@ -7,6 +7,7 @@ process printed nothing itself (no `Segmentation fault`, no stack), the launcher
 trace of the crash, and the peers' `ncclRemoteError: ... remote process exited` lines that follow are
 its consequence. The line becomes a weak framework-crash cause of its rank: any cause printed as a
 cause (a GPU's Xid, a traceback) still outranks it, and an earlier weak cause still comes first.
+SIGBUS is left a cascade: it is as often a mapped file or /dev/shm that ran out as a crash (round 17).
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from collections.abc import Sequence
 from nvrx_hpc.attribution.api import Category, Hit, Role
 
 _LAUNCHER_EXITS = ("ds_launcher_exit", "elastic_child_failed")
-_CRASH_SIGNALS = {"-11": "SIGSEGV", "-7": "SIGBUS", "-4": "SIGILL", "139": "SIGSEGV", "135": "SIGBUS",
-                  "132": "SIGILL"}  # fmt: skip
+_CRASH_SIGNALS = {"-11": "SIGSEGV", "-4": "SIGILL", "139": "SIGSEGV", "132": "SIGILL"}
 
 
 def crash_exits(hits: Sequence[Hit]) -> list[Hit]:

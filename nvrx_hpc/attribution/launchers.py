@@ -49,6 +49,11 @@ class _Box:
     host: str | None = None
     time: float | None = None
     pid: str | None = None
+    label: str | None = None  # srun's label of the box's lines: the node's launcher, in a job-wide log
+
+
+def _label(h: Hit) -> str | None:
+    return h.fields.get("task_label") or h.fields.get("srun_label")
 
 
 def _boxes(hits: Sequence[Hit]) -> dict[tuple[str, int], _Box]:
@@ -59,7 +64,7 @@ def _boxes(hits: Sequence[Hit]) -> dict[tuple[str, int], _Box]:
     for (source, line), h in by_line.items():
         if h.signature != "elastic_box_rank" or h.rank is None:
             continue
-        box = _Box(h.rank, _int(h.fields.get("local_rank")))
+        box = _Box(h.rank, _int(h.fields.get("local_rank")), label=_label(h))
         host = by_line.get((source, line - 1))
         if host is not None and host.signature == "elastic_box_host" and host.node:
             box.host = host.node if host.node.lower() not in NOT_HOSTS else None
@@ -146,7 +151,7 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
     out = []
     for h in hits:
         rank, node, fields = h.rank, h.node, h.fields
-        label = fields.get("task_label") or fields.get("srun_label")
+        label = _label(h)
         if "srun_label" in fields and rank is not None and str(rank) == fields["srun_label"]:
             rank = None
         if "tasks" in fields:
@@ -183,11 +188,11 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
     boxes = _boxes(hits)
     pid_rank = _pid_ranks(hits, boxes, local_ok=not launchers)
     mapping = ds_mapping(hits)
-    in_box: dict[str, set[int]] = defaultdict(set)
+    in_box: dict[tuple[str, str | None], set[int]] = defaultdict(set)
     local_global: dict[tuple[str, int], set[int]] = defaultdict(set)
     exits: dict[tuple[str, int], _Box] = {}
     for (source, line), box in boxes.items():
-        in_box[source].add(box.rank)
+        in_box[(source, box.label)].add(box.rank)
         if box.local is not None:
             local_global[(source, box.local)].add(box.rank)
         exits[(source, line + 1)] = box
@@ -217,8 +222,8 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
             if mapped is None and launchers and local is not None and label is not None and h.source in per_node:
                 mapped = label * per_node[h.source] + local  # srun's labels are torchrun's node ranks here
             rank = mapped if mapped is not None else None if launchers else local
-        if rank is None and len(in_box.get(h.source, ())) == 1:
-            rank = next(iter(in_box[h.source]))
+        if rank is None and len(in_box.get((h.source, _label(h)), ())) == 1:
+            rank = next(iter(in_box[(h.source, _label(h))]))  # only its node's lines, where srun labels them
         elif rank is None and node is None and h.role is Role.ROOT:
             rank, node = _first_failure_below(h, boxes)
         box = boxes.get((h.source, h.line)) or exits.get((h.source, h.line))
@@ -237,7 +242,8 @@ def name_victims(hits: Sequence[Hit]) -> list[Hit]:
     - An OOM kill, or a task blocked in the kernel (it ignores SIGTERM until its I/O returns): srun
       reports the task it SIGKILLed, `Killed`; exactly one such task on that host is the process.
     - Slurm's cgroup OOM on a host whose srun task was a launcher: exactly one rank that torchrun's box
-      or DeepSpeed's launcher there reports ending by SIGKILL (round 13).
+      or DeepSpeed's launcher there reports ending by SIGKILL (round 13); the kernel's OOM kill too, when
+      srun reports no `Killed` task there (round 17).
     - A segfault, bus error or illegal instruction: exactly one rank on that host that srun
       (`Segmentation fault`, `Bus error`), DeepSpeed's launcher or torchrun's box reports ending by
       SIGSEGV, SIGBUS or SIGILL."""
@@ -263,9 +269,11 @@ def name_victims(hits: Sequence[Hit]) -> list[Hit]:
         if h.rank is None and h.node:
             if h.signature in ("linux_oom_kill", "host_kernel_fault") and _pid(h):
                 victims = killed.get(h.node, set())
+                if not victims and h.signature == "linux_oom_kill":  # the one rank its launcher saw SIGKILLed
+                    victims = sigkilled.get(h.node.split(".")[0], set())
             elif h.signature == "slurm_oom_kill":  # srun's task was a launcher: the rank it saw SIGKILLed
                 victims = sigkilled.get(h.node.split(".")[0], set())
-            elif h.signature == "segfault":
+            elif h.signature in ("segfault", "bus_error"):
                 victims = crashed.get(h.node, set())
             else:
                 victims = set()

@@ -52,8 +52,9 @@ _DMESG_RAW = re.compile(r"^\[\s*(?P<boot>\d+\.\d+)\] ")
 _STEPD_HOST = re.compile(r"slurmstepd-(?P<host>[A-Za-z0-9][\w.-]*?): ")
 _SRUN_WHERE = re.compile(r"srun: error: (?P<host>[A-Za-z0-9][\w.-]*): tasks? (?P<tasks>[\d,-]+): ")
 _CGROUP_TASK = re.compile(r"/step_(?:\d+|batch|extern)/task_(?P<task>\d+)")
+# UCX's and Open MPI's crash reports lead with `[host:pid :thread:tid]` (`[g1003:977423 :0:977423] Caught signal 11`).
 _PID = re.compile(r"\bpid[=:] ?(\d+)|\(pid: (\d+)\)|\bPID (\d+)|Killed process (\d+)|\[\w+:(\d+)\]$|"
-                  r"[\w.-]+\[(\d+)\]: (?:segfault|trap)")
+                  r"[\w.-]+\[(\d+)\]: (?:segfault|trap)|^\[[\w.-]+:(\d+) ?:\d+:\d+\]")
 # A rank inside the line: torch's `[Rank 3]`, `rank 3:`, Lightning's `[rank: 3]`, a logging format's field
 # (`| rank 24 |`, `rank=24`; not `node_rank=` or `local_rank=`).
 _INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank:? (\d{1,7})\b[:\]]|\[rank(\d{1,7})\]|"
@@ -273,7 +274,7 @@ def classify_line(
     role, category = sig.role, sig.category
     exc = fields.get("exc", "")
     if sig.id == "python_exception":
-        role, category = exception_role(exc.rpartition(".")[2], role, category)
+        role, category = exception_role(exc.rpartition(".")[2], role, category, fields.get("msg", ""))
     when, clock, head_node, boot = read_header(text, ctx.year)
     if when is None:
         when = parse_time(text, ctx.year)
@@ -285,8 +286,8 @@ def classify_line(
     rank = prefix_rank
     if "culprit" in fields:  # the line names another rank as the one at fault (Horovod's missing ranks)
         rank = int(fields.pop("culprit"))
-    if rank is None and "rank" in fields:
-        rank = int(fields.pop("rank"))
+    if "rank" in fields and (rank is None or sig.id == "elastic_box_rank" and label is not None and not label[1]):
+        rank = int(fields.pop("rank"))  # torchrun's box names its global rank; an srun label there is a launcher
     fields.pop("rank", None)
     where = _SRUN_WHERE.search(text)
     if where:
@@ -350,7 +351,7 @@ def classify_line(
         gpu=gpu,
         fields=fields,
         order=(ctx.file_index, line_no),
-        restartable=sig.restartable,
+        restartable=sig.restartable if category is sig.category else None,
         summary=_summary(sig, shown),
         clock=clock if when is not None else ("boot" if boot is not None else ""),
     )

@@ -360,6 +360,22 @@ def _fill_torchrun_blocks(nodes: dict[int, str], hits: Sequence[Hit]) -> dict[in
         if len(named) == 1:
             for r in range(block * size, block * size + size):
                 nodes.setdefault(r, next(iter(named)))
+    return _last_block(nodes, hits, size, blocks)
+
+
+def _last_block(nodes: dict[int, str], hits: Sequence[Hit], size: int, blocks: dict[int, set[str]]) -> dict[int, str]:
+    """One block per host: when every block but one has its host and one host of the job has none, that
+    block is that host's (round 17: ranks 0-3 on gpu-d01, so the silent rank 6 is on gpu-d02)."""
+    world = max([int(h.fields[k]) for h in hits for k in ("world", "world2") if h.fields.get(k, "").isdigit()]
+                + [r + 1 for r in nodes] + [h.rank + 1 for h in hits if h.rank is not None])  # fmt: skip
+    hosts = {h.node for h in hits if h.node}
+    if world % size or world // size != len(hosts) or any(len(named) > 1 for named in blocks.values()):
+        return nodes
+    empty = [b for b in range(world // size) if b not in blocks]
+    free = hosts - {n for named in blocks.values() for n in named}
+    if len(empty) == 1 and len(free) == 1:
+        for r in range(empty[0] * size, empty[0] * size + size):
+            nodes.setdefault(r, next(iter(free)))
     return nodes
 
 

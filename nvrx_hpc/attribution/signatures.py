@@ -11,6 +11,8 @@ specific shapes come before the general ones (a `found NaN` assertion before any
 
 from __future__ import annotations
 
+import re
+
 from nvrx_hpc.attribution.api import Category, Role
 from nvrx_hpc.attribution.signature_record import Signature
 from nvrx_hpc.attribution.signatures_localising import LOCALISING
@@ -296,12 +298,16 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(
         "segfault", _F, _ROOT,
-        r"(?:Segmentation fault|segfault at [0-9a-f]+|Fatal Python error: (?P<what>[A-Za-z ]+)|"
-        r"Illegal instruction|Bus error|SIGSEGV|SIGBUS|SIGILL)",
-        ("Segmentation fault", "segfault", "Fatal Python error", "Illegal instruction", "Bus error",
-         "SIGSEGV", "SIGBUS", "SIGILL"),
-        True, "process crashed (segfault, bus error or illegal instruction)",
+        r"(?:Segmentation fault|segfault at [0-9a-f]+|Fatal Python error: (?!Bus error)(?P<what>[A-Za-z ]+)|"
+        r"Illegal instruction|SIGSEGV|SIGILL)",
+        ("Segmentation fault", "segfault", "Fatal Python error", "Illegal instruction", "SIGSEGV", "SIGILL"),
+        True, "process crashed (segfault or illegal instruction)",
         ("Fatal Python error: Segmentation fault",),
+    ),
+    Signature(  # as often a mapped file or /dev/shm that ran out (resources.py) as a crash: its cause is elsewhere
+        "bus_error", Category.UNKNOWN, _WEAK, r"(?:Bus error|SIGBUS)", ("Bus error", "SIGBUS"), True,
+        "process ended by SIGBUS (a mapped file or /dev/shm that ran out, or a crash)",
+        ("traceback : Signal 7 (SIGBUS) received by PID 94",),
     ),
     Signature(
         "heap_corruption", _F, _ROOT,
@@ -428,8 +434,16 @@ VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progres
                      "horovod_stall")
 
 
-def exception_role(name: str, role: Role, category: Category) -> tuple[Role, Category]:
-    """(role, category) of a Python exception line by the exception's class name."""
+# A transport's own error raised as a generic exception (tensorpipe's `RuntimeError: transport retry counter
+# exceeded`): the network's, as the reporting side sees it (weak: the fault may be the peer's).
+_TRANSPORT_MESSAGE = re.compile(r"transport retry counter exceeded|RNR retry counter exceeded|"
+                                r"(?:ibv|IBV)_\w+ failed|local catastrophic error")
+
+
+def exception_role(name: str, role: Role, category: Category, message: str = "") -> tuple[Role, Category]:
+    """(role, category) of a Python exception line by the exception's class name and message."""
+    if name not in CASCADE_EXCEPTIONS and _TRANSPORT_MESSAGE.search(message):
+        return Role.WEAK, _N
     if name in CASCADE_EXCEPTIONS:
         return Role.CASCADE, category
     if name in _NCCL_EXCEPTIONS:

@@ -355,8 +355,8 @@ def decide(f: Findings) -> Verdict:
     nodes = sorted(({n for c in co for n in c.nodes} if nodes_from_co else set()) | lost
                    | {rank_nodes[r] for r in ranks if r in rank_nodes})  # fmt: skip
     gpus = sorted({g for c in co for g in c.gpus}) if nodes_from_co else []
-    if root.signature == "nccl_ib_async_event" and len(ranks) > 1:
-        ranks = []  # several ranks saw their node's adapter fail: the node's network, not one rank's
+    if root.category is Category.NETWORK and root.kind == "log" and len(ranks) > 1 and len(nodes) == 1:
+        ranks = []  # several ranks of one node saw its adapter or link fail: the node's network, not a rank's
     peer_unknown = False
     if category is Category.NETWORK and root.kind == "log" and (names_peer(root.evidence.text) or peerless(root)):
         # Several hosts report errors talking to a peer: the peer most of them name, not the reporters

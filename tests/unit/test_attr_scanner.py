@@ -33,9 +33,11 @@ def test_each_signature_classifies_its_examples_and_has_an_anchor_in_them(sig):
         assert any(a in line for a in sig.anchors), f"no anchor of {sig.id} in {line!r}"
 
 
-def test_catalog_covers_every_category_but_unknown():
+def test_catalog_covers_every_category_and_says_unknown_only_for_a_bare_sigbus():
     covered = {sig.category for sig in CATALOG}
-    assert covered == set(Category) - {Category.UNKNOWN}
+    assert covered == set(Category)
+    # SIGBUS alone is as often a mapped file or /dev/shm that ran out as a crash (round 17)
+    assert [s.id for s in CATALOG if s.category is Category.UNKNOWN] == ["bus_error"]
     assert len({s.id for s in CATALOG}) == len(CATALOG)
 
 
