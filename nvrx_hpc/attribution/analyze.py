@@ -223,6 +223,8 @@ def analyze(
     fr = analyze_files(files.fr_dumps, relative_to=files.root) if files.fr_dumps else None
     if fr is not None:
         problems.extend(fr.problems)
+    if job_state is None:  # not asked of Slurm: a pasted `sacct` row of the job says it (round 18)
+        job_state = next((h.fields["state"] for h in hits if h.signature == "sacct_job_state"), None)
     verdict = decide(
         Findings(hits=hits, records=records, events=events, health=health, fr=fr, job_state=job_state,
                  job_nodes=tuple(job_nodes), listed_nodes=frozenset(listed), seen_ranks=frozenset(seen_ranks),

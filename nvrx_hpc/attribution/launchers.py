@@ -259,6 +259,11 @@ def name_victims(hits: Sequence[Hit]) -> list[Hit]:
                 killed[h.node].update(ranks_of(h.fields.get("tasks", "")))
             elif what in _CRASH_WORDS:
                 crashed[h.node].update(ranks_of(h.fields.get("tasks", "")))
+        elif h.signature == "mpirun_rank_exit" and h.rank is not None:
+            if h.fields.get("signo") in ("11", "7", "4"):
+                crashed[h.node].add(h.rank)
+            elif h.fields.get("signo") == "9":
+                sigkilled[h.node.split(".")[0]].add(h.rank)
         elif h.signature in ("ds_launcher_exit", "elastic_box_exit") and h.rank is not None:
             if h.fields.get("code") in _CRASH_CODES:
                 crashed[h.node].add(h.rank)

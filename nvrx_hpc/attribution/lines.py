@@ -65,6 +65,8 @@ _NODE_WORD = re.compile(r"(?:\bnode[:=] ?|\bRank \d{1,7}, node )(?P<node>[A-Za-z
 # Ray's prefix of a remote actor's line: `(RayTrainWorker pid=73310, ip=10.8.2.33) ...`; the address is
 # its host's (aliases.py places the line there where the logs pair the address with a host name).
 _RAY_ACTOR = re.compile(r"^\(\w+ pid=\d+, ip=(?P<ip>[\d.]+|[0-9a-fA-F:]+)\) ")
+# Open MPI's own lines about one process: `[h06c0901:07661] Signal: Segmentation fault (11)`
+_OMPI_PROCESS = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+)\] ")
 _DEVICE_WORD = re.compile(r"\bDevice[:=] ?(?P<dev>\d+)")
 # `_` between date and time: torchrun's failure box (`time : 2024-08-23_13:16:09`).
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
@@ -326,6 +328,9 @@ def classify_line(
         node = word.group("node") if word else ctx.node
     if node is None and (ray := _RAY_ACTOR.match(text)):
         fields["ray_ip"] = ray.group("ip")
+    if node is None and (ompi := _OMPI_PROCESS.match(text)):
+        node = ompi.group("host")
+        fields.setdefault("pid", str(int(ompi.group("pid"))))
     if gpu is None:
         dev = _DEVICE_WORD.search(text)
         gpu = dev.group("dev") if dev else None

@@ -75,6 +75,9 @@ _NODELIST = re.compile(rb"(?i)(?:(?<![a-z])node_?list|\bnodes|\brunning on|\ball
 # the host of rank 0 or of torchrun's c10d store is one of the job's nodes (not an etcd rendezvous: its own host)
 _MASTER_HOST = re.compile(rb"(?:\bMASTER_ADDR=|--master[-_]addr[= ]|--rdzv[-_]endpoint[= ])([a-z][\w-]*\d[\w-]*)"
                           rb"(?![\w.-])(?![^\n]*etcd)")
+# mpirun's host list (`-H gpu-c01:4,gpu-c02:4`, `--host a,b`): the job ran on all of them
+_MPI_HOSTS = re.compile(rb"(?m)(?:^|[\s;&|])mpirun\b[^\n]*?\s(?:-H|--?host)\s+"
+                        rb"([a-z][\w.-]*(?::\d+)?(?:,[a-z][\w.-]*(?::\d+)?)+)")
 _DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _SAMPLE = 256 * 1024
 _FLAG = re.compile(r"^(?:[A-Za-z]|iso|short|short-iso)$")  # dmesg -T, journalctl -k / -o short-iso
@@ -178,7 +181,8 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
 def _listed_nodes(data: bytes) -> set[str]:
     """The hosts of a job's nodelist as a script or launcher prints it (`SLURM_JOB_NODELIST=gpu-f[01-04]`,
     `Running on gpu-f[01-04]`, `nodes: gpu-k[01-02]`, `NodeList=n[1-2]`): the job ran on all of them. Also
-    the host `MASTER_ADDR=`, `--master_addr` or a c10d `--rdzv_endpoint` names (round 14)."""
+    the host `MASTER_ADDR=`, `--master_addr` or a c10d `--rdzv_endpoint` names (round 14), and mpirun's `-H`
+    hosts (round 18)."""
     found: set[str] = set()
     for m in _NODELIST.finditer(data[:65536]):
         try:
@@ -186,6 +190,8 @@ def _listed_nodes(data: bytes) -> set[str]:
         except (HostlistError, UnicodeDecodeError):
             continue
     found.update(m.group(1).decode() for m in _MASTER_HOST.finditer(data[:65536]))
+    for m in _MPI_HOSTS.finditer(data[:65536]):
+        found.update(host.split(":")[0] for host in m.group(1).decode().split(","))
     return found
 
 

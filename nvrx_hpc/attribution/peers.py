@@ -88,8 +88,12 @@ class PeerFinding:
     reporters: int  # how many hosts reported a peer
     votes: int  # how many of them name `peer` (peerless errors: how many ranks of `node` report)
     ranks: int = 0  # peerless errors: how many ranks report in all
+    port_down: bool = False  # no peer stood out; `node` is the one host whose own port a listing shows down
 
     def explain(self) -> str:
+        if self.port_down:
+            return (f"{self.reporters} hosts report it and no one peer stands out; {self.node} is the one host "
+                    "whose port a pasted listing shows down")
         if self.node is None:
             return f"{self.reporters} hosts report it and no one peer host stands out, so none is named"
         if self.ranks:
@@ -131,13 +135,20 @@ def peer_suspect(
             votes[target].add(host)
     reporters = len({host for host, _ in named})
     if not votes:
-        return PeerFinding(None, None, reporters, 0)
+        return _port_down(hits, reporters) or PeerFinding(None, None, reporters, 0)
     ranked = sorted(votes.items(), key=lambda kv: -len(kv[1]))
     top, voters = ranked[0]
     if len(voters) < 2 or (len(ranked) > 1 and len(ranked[1][1]) == len(voters)):
-        return PeerFinding(None, None, reporters, len(voters))
+        return _port_down(hits, reporters) or PeerFinding(None, None, reporters, len(voters))
     node = top if top in known or top in hosts.values() else None
     return PeerFinding(node, top, reporters, len(voters))
+
+
+def _port_down(hits: Iterable[Hit], reporters: int) -> PeerFinding | None:
+    """The one host whose InfiniBand port a pasted `ibdev2netdev`/`ibstatus` shows down (round 18), when the
+    reporters' peers single out no one; None when no host or several do."""
+    down = {h.node for h in hits if h.signature == "ib_port_down" and h.node}
+    return PeerFinding(next(iter(down)), None, reporters, 0, port_down=True) if len(down) == 1 else None
 
 
 def _peerless_majority(hits: Iterable[Hit], rank_nodes: Mapping[int, str]) -> PeerFinding | None:

@@ -296,6 +296,13 @@ CATALOG: tuple[Signature, ...] = (
         ("Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file. There are some "
          "potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage.",),
     ),
+    Signature(  # Open MPI's report of the first process that died: it places the rank and names the signal
+        "mpirun_rank_exit", _F, _CASC,
+        r"mpirun noticed that process rank (?P<rank>\d+) with PID (?P<pid>\d+) on node (?P<node>[\w.-]+) exited "
+        r"on signal (?P<signo>\d+)",
+        ("mpirun noticed",), True, "mpirun saw a rank end by signal {signo}",
+        ("mpirun noticed that process rank 1 with PID 0 on node gpu-c01 exited on signal 9 (Killed).",),
+    ),
     Signature(
         "segfault", _F, _ROOT,
         r"(?:Segmentation fault|segfault at [0-9a-f]+|Fatal Python error: (?!Bus error)(?P<what>[A-Za-z ]+)|"
@@ -315,6 +322,12 @@ CATALOG: tuple[Signature, ...] = (
         r"corrupted size vs\. prev_size|munmap_chunk\(\): invalid pointer)",
         ("double free", "free(): invalid", "malloc(): ", "corrupted size", "munmap_chunk"), True,
         "the process corrupted its heap and aborted", ("free(): invalid next size (fast)",),
+    ),
+    Signature(  # the C++ runtime aborting the process on its own bug: a virtual call on a destroyed object,
+        # a std::thread destroyed while joinable (round 18: Megatron at exit)
+        "cxx_runtime_abort", _F, _ROOT, r"(?:pure virtual method called|terminate called without an active exception)",
+        ("pure virtual", "without an active exception"), True, "the C++ runtime aborted the process",
+        ("terminate called without an active exception",),
     ),
     Signature(
         "nccl_internal", _F, _WEAK,
@@ -411,6 +424,11 @@ CATALOG: tuple[Signature, ...] = (
         r"Killed|Terminated|Segmentation fault|Aborted|Bus error)",
         ("srun: error",), True, "srun: task(s) {tasks} on {node}: {what}",
         ("srun: error: n3: task 3: Exited with exit code 1",),
+    ),
+    Signature(  # the program srun was told to start is not there on that node (a venv not activated)
+        "srun_execve_failed", _A, _ROOT, r"slurmstepd(?:-[\w.-]+)?: error: execve\(\): (?P<prog>\S+): (?P<why>.*)",
+        ("execve()",), False, "srun could not start {prog}: {why}",
+        ("slurmstepd: error: execve(): accelerate: No such file or directory",),
     ),
     Signature(
         "python_exception", _A, _ROOT,

@@ -10,6 +10,7 @@ from nvrx_hpc.attribution.signature_record import Signature
 __all__ = ["LOCALISING"]
 
 _A, _F, _D = Category.APPLICATION, Category.FRAMEWORK_CRASH, Category.DISTRIBUTED_HANG
+_S = Category.SCHEDULER
 _CTX = Role.CONTEXT
 
 LOCALISING: tuple[Signature, ...] = (
@@ -106,6 +107,17 @@ LOCALISING: tuple[Signature, ...] = (
     Signature(
         "stack_in_collective", _D, _CTX, r"distributed_c10d\.py", ("distributed_c10d",), None,
         "a stack inside a collective", ("    all_reduce (torch/distributed/distributed_c10d.py:2501)",),
+    ),
+    Signature(  # a pasted `sacct` row of the job itself (no `.step`): Slurm's final state, as if asked (analyze.py)
+        "sacct_job_state", _S, _CTX,
+        r"^(?P<job>\d+)\s+(?:\S+\s+)?(?P<state>PREEMPTED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE)\b",
+        ("PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"), None,
+        "sacct: job {job} {state}", ("4714782       PREEMPTED 2023-11-28T09:12:05 2023-11-29T15:47:21 ib12gpu-001",),
+    ),
+    Signature(  # a pasted port listing showing a port down (a port may be unused: context, read by peers.py)
+        "ib_port_down", Category.NETWORK, _CTX, r"(?:==> \S+ \(Down\)|^\s*state:\s+1: DOWN)",
+        ("(Down)", "1: DOWN"), None, "an InfiniBand port is down",
+        ("mlx5_3 port 1 ==> ens111np0 (Down)", "\tstate:\t\t 1: DOWN"),
     ),
     Signature(
         "traceback_start", _A, _CTX, r"Traceback \(most recent call last\):", ("Traceback",), None,

@@ -343,7 +343,8 @@ def decide(f: Findings) -> Verdict:
             ranks, nodes_from_co = [], False  # every node of the job ended alike (srun's tasks may be launchers)
     if category is Category.APPLICATION and root.kind == "log" and not ranks:
         ranks = lone_exit_rank(f.hits)  # an unranked traceback: the one task that exited on its own
-    if category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) and root.kind == "log" and not ranks:
+    if (category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) or root.signature == "linux_oom_kill") \
+            and root.kind == "log" and not ranks:
         ranks = exited_on_node(sorted({n for c in co for n in c.nodes}), f.hits)  # the one rank seen to end there
     lost_too = root.category is Category.HOST and {n for c in causes if c.signature in _NODE_LOST for n in c.nodes}
     lost: set[str] = set()
