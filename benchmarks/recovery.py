@@ -47,10 +47,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from nvrx_hpc.core.errors import ClusterError  # noqa: E402
 from nvrx_hpc.core.events import read_events  # noqa: E402
 from nvrx_hpc.launcher.status import read_status  # noqa: E402
 from nvrx_hpc.slurm.devcluster import DevCluster, DevClusterSpec  # noqa: E402
-from nvrx_hpc.slurm.devcluster.processes import start_daemon  # noqa: E402
 
 TRAIN = REPO / "examples" / "train_ckpt.py"
 GLOO_DEFAULT_TIMEOUT_S = 1800.0  # torch.distributed's default for gloo process groups
@@ -155,20 +155,10 @@ class Bench:
         return at
 
     def revive(self) -> None:
-        layout, LOST_NODE = self.cluster.layout, self.lost  # noqa: N806
-        node_conf = str(layout.node_etc(LOST_NODE) / "slurm.conf")
-        if not self._node_pids(LOST_NODE):
-            argv = [shutil.which("slurmd") or "slurmd", "-D", "-N", LOST_NODE, "-f", node_conf]
-            start_daemon(f"slurmd-{LOST_NODE}", argv, layout.log / f"slurmd-{LOST_NODE}.out", self.cluster.manifest)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            info = self.cluster.backend.node(LOST_NODE)
-            if info.state == "idle" and info.responding and not info.drained:
-                return
-            if info.down or info.drained:
-                self.cluster.backend.resume([LOST_NODE])
-            time.sleep(1)
-        raise SystemExit(f"{LOST_NODE} did not come back")
+        try:
+            self.cluster.revive_node(self.lost, timeout=120)
+        except ClusterError as exc:
+            raise SystemExit(exc.message) from None
 
     # ------------------------------------------------------------------ one sample each
 

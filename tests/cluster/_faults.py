@@ -12,7 +12,6 @@ from pathlib import Path
 
 from nvrx_hpc.core.events import read_events
 from nvrx_hpc.launcher.status import read_status
-from nvrx_hpc.slurm.devcluster.processes import start_daemon
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train_ckpt.py"
@@ -160,16 +159,4 @@ def kill_all(pids: list[int]) -> None:
 
 def revive_node(cluster, node: str) -> None:
     """Start the lost node's slurmd again and wait until Slurm has it back."""
-    layout = cluster.dev.layout
-    argv = ["slurmd", "-D", "-N", node, "-f", str(layout.node_etc(node) / "slurm.conf")]
-    start_daemon(f"slurmd-{node}", [cluster.dev.runner.which("slurmd"), *argv[1:]],
-                 layout.log / f"slurmd-{node}.out", cluster.dev.manifest)  # fmt: skip
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        info = cluster.dev.backend.node(node)
-        if info.state == "idle" and info.responding and not info.drained:
-            return
-        if info.down or info.drained:
-            cluster.dev.backend.resume([node])
-        time.sleep(1)
-    raise AssertionError(f"{node} did not come back: {cluster.dev.backend.node(node)}")
+    cluster.dev.revive_node(node)

@@ -155,15 +155,33 @@ class DevCluster:
             self.layout.log / "slurmctld.out",
             self.manifest,
         )
-        slurmd = self.runner.which("slurmd")
         for node in self.spec.node_names:
-            node_conf = str(self.layout.node_etc(node) / "slurm.conf")
-            start_daemon(
-                f"slurmd-{node}",
-                [slurmd, "-D", "-N", node, "-f", node_conf],
-                self.layout.log / f"slurmd-{node}.out",
-                self.manifest,
-            )
+            self._start_slurmd(node)
+
+    def _start_slurmd(self, node: str) -> None:
+        node_conf = str(self.layout.node_etc(node) / "slurm.conf")
+        start_daemon(
+            f"slurmd-{node}",
+            [self.runner.which("slurmd"), "-D", "-N", node, "-f", node_conf],
+            self.layout.log / f"slurmd-{node}.out",
+            self.manifest,
+        )
+
+    def revive_node(self, node: str, timeout: float = 90.0) -> None:
+        """Bring back a node whose slurmd was lost (a fault test's power loss): start its slurmd if it is not
+        running, resume it when Slurm marked it down or drained, and wait until it is idle."""
+        if not any(p.name == f"slurmd-{node}" and is_alive(p) for p in self._slurm_daemons()):
+            self._start_slurmd(node)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            info = self.backend.node(node)
+            if info.state == "idle" and info.responding and not info.drained:
+                return
+            if info.down or info.drained:
+                self.backend.resume([node])
+            time.sleep(1)
+        raise ClusterError(f"{node} did not come back within {timeout:g} s: {self.backend.node(node)}",
+                           hint=f"read {self.layout.log}/slurmd-{node}.log")  # fmt: skip
 
     def _wait_idle(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
