@@ -24,6 +24,7 @@ from nvrx_hpc.attribution.cgroup_task import global_cgroup_tasks
 from nvrx_hpc.attribution.channel_ranks import rank_pids_by_channels
 from nvrx_hpc.attribution.crash_exit import crash_exits
 from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminated
+from nvrx_hpc.attribution.file_hosts import place_by_file_host
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
 from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
 from nvrx_hpc.attribution.lines import LineContext
@@ -206,7 +207,7 @@ def analyze(
     aliases: dict[str, str] = {}
     hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks,
                                listed, aliases)
-    hits = apply_aliases(hits, rank_hosts, addr_hosts, aliases)
+    hits = place_by_file_host(apply_aliases(hits, rank_hosts, addr_hosts, aliases), listed)
     for r in records:
         if r.traceback:
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)

@@ -192,7 +192,10 @@ def judge(
         if len(nodes) == 1 and _oom_is_global(nodes[0], hits) and _other_nodes(nodes, rank_nodes, job_nodes):
             why = f"; the kernel found all of {nodes[0]}'s memory used while the job's other nodes ran the same work"
             return Judgement(ranks, nodes, True, True, why)
-        if _ran_long(when, stamps):
+        stamps = tuple(stamps)
+        # An OOM kill ends the step: with no stamp of its own it came at about the job's last dated line (round 19)
+        last = max([*stamps, *(h.time for h in hits if h.time is not None)], default=None)
+        if _ran_long(when if when is not None else last, stamps):
             return Judgement(ranks, nodes, True, False, "; it came after the job ran over an hour, so a restart "
                                                         "makes progress")  # fmt: skip
         return Judgement(ranks, nodes, False, False, "; the job's own memory demand (its cgroup limit, or its only "

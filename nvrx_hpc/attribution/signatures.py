@@ -323,6 +323,11 @@ CATALOG: tuple[Signature, ...] = (
         ("double free", "free(): invalid", "malloc(): ", "corrupted size", "munmap_chunk"), True,
         "the process corrupted its heap and aborted", ("free(): invalid next size (fast)",),
     ),
+    Signature(  # torch's own consistency check failed ("please report a bug to PyTorch"): the framework's bug
+        "torch_internal_assert", _F, _ROOT, r"INTERNAL ASSERT FAILED at", ("INTERNAL ASSERT FAILED",), True,
+        "a PyTorch internal assertion failed",
+        ("what():  !block->expandable_segment_ INTERNAL ASSERT FAILED at \"../c10/cuda/CUDACachingAllocator.cpp\"",),
+    ),
     Signature(  # the C++ runtime aborting the process on its own bug: a virtual call on a destroyed object,
         # a std::thread destroyed while joinable (round 18: Megatron at exit)
         "cxx_runtime_abort", _F, _ROOT, r"(?:pure virtual method called|terminate called without an active exception)",
@@ -362,8 +367,9 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(  # Horovod's stall inspector: under `Missing ranks:`, each rank that never submitted the tensors
         "horovod_missing_rank", _D, _ROOT,
-        r"^(?:(?P<culprit>\d+): )?\[(?:allreduce|allgather|broadcast|alltoall|reducescatter|grouped_allreduce)\.",
-        ("[allreduce.", "[allgather.", "[broadcast.", "[alltoall.", "[reducescatter.", "[grouped_allreduce."), True,
+        r"^(?:(?P<culprit>\d+): )?\[(?:horovod_)?(?:allreduce|allgather|broadcast|alltoall|reducescatter|"
+        r"grouped_allreduce)\.",
+        ("allreduce.", "allgather.", "broadcast.", "alltoall.", "reducescatter."), True,
         "rank never submitted the tensors the others wait on (Horovod stall)",
         ("[1,0]<stderr>:6: [allreduce.emb_tables.user_id.weight, allreduce.dense.weight ...]",),
     ),
@@ -458,10 +464,18 @@ _TRANSPORT_MESSAGE = re.compile(r"transport retry counter exceeded|RNR retry cou
                                 r"(?:ibv|IBV)_\w+ failed|local catastrophic error")
 
 
+# Generic exceptions whose message says they follow a failure elsewhere (round 19): NCCL's watchdog aborted
+# the communicator, or torch.distributed.launch reporting its worker's exit (`Command '[..., '--local_rank=2',
+# ...]' returned non-zero exit status 1`).
+_AFTERMATH_MESSAGE = re.compile(r"^NCCL communicator was aborted\.?\s*$|'--local[-_]rank=\d+'.*returned non-zero")
+
+
 def exception_role(name: str, role: Role, category: Category, message: str = "") -> tuple[Role, Category]:
     """(role, category) of a Python exception line by the exception's class name and message."""
     if name not in CASCADE_EXCEPTIONS and _TRANSPORT_MESSAGE.search(message):
         return Role.WEAK, _N
+    if _AFTERMATH_MESSAGE.search(message):
+        return Role.CASCADE, category
     if name in CASCADE_EXCEPTIONS:
         return Role.CASCADE, category
     if name in _NCCL_EXCEPTIONS:

@@ -63,7 +63,7 @@ def hung_cancels(hits: Sequence[Hit]) -> list[Hit]:
             for h in hits]  # fmt: skip
 
 
-_TIMEOUTS = ("watchdog_timeout", "collective_timeout")
+_TIMEOUTS = ("watchdog_timeout", "collective_timeout", "horovod_stall", "horovod_missing_rank")
 _SCHEDULER_ENDS = ("slurm_time_limit", "slurm_preempted")
 
 
