@@ -33,8 +33,10 @@ _EXTENSIONS = (".gz", ".log", ".txt", ".out", ".err")
 _HOSTISH = re.compile(r"^[A-Za-z][\w.-]*$")
 _NOT_HOSTS = NOT_HOSTS
 _LEAD = LEAD_STAMP.encode()  # a collector's stamp before the runner prefix (lines.LEAD_STAMP)
-_PREFIX_RANKS = re.compile(rb"(?m)^(?:" + _LEAD + rb")?\s*(\d{1,6}): |\[rank(\d{1,6})\]:|^(?:" + _LEAD
+_PREFIX_RANKS = re.compile(rb"(?m)^(?:" + _LEAD + rb")?\s*(\d{1,6}): |^(?:" + _LEAD
                            + rb")?\[default(\d{1,6})\]:|^(?:" + _LEAD + rb")?\[\d+,(\d{1,6})\]<std")
+# torch's `[rankN]:` anywhere in a line, apart: a literal start lets the regex engine skip ahead (6x faster)
+_ANY_TORCH_RANK = re.compile(rb"\[rank(\d{1,6})\]:")
 # A host and a rank on one line's prefixes: `w2: [rank6]:` (pdsh), `6: w2:311:320 [6] NCCL` (srun + NCCL).
 _HOST_RANK = re.compile(rb"(?m)^([a-z][\w-]*[\d-][\w.-]*): \[rank(\d{1,6})\]:|"
                         rb"^(?:" + _LEAD + rb")?\s*(\d{1,6}): ([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL")
@@ -169,6 +171,7 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
             hosts.setdefault(r, host)
         for m in _PREFIX_RANKS.finditer(data):
             found.add(int(next(g for g in m.groups() if g is not None)))
+        found.update(int(m.group(1)) for m in _ANY_TORCH_RANK.finditer(data))
         for m in _DATED.finditer(data[:65536]):
             t = parse_time(m.group().decode())
             if t is not None:

@@ -24,7 +24,9 @@ __all__ = ["sample_addresses", "peer_suspect", "names_peer", "PeerFinding"]
 
 _IP = rb"(?:\d{1,3}\.){3}\d{1,3}"
 _HOST = rb"[A-Za-z][\w-]*(?:\.[A-Za-z][\w-]*)*"
-# (host group, address group) per pattern; the host comes first unless the pattern says otherwise.
+# (host group, address group, needle) per pattern; the host comes first unless the pattern says otherwise.
+# A pattern with a needle runs only on the lines holding it (found by bytes.find): run over whole blocks,
+# a pattern that starts with a host name is tried at every byte (round 19: 4.7 of 7.6 s on 10^6 lines).
 _ADDRESS_LINES = (
     (
         re.compile(
@@ -33,12 +35,15 @@ _ADDRESS_LINES = (
         ),
         1,
         2,
+        b" NCCL INFO ",
     ),
-    (re.compile(rb"Using IP address of (" + _IP + rb") for node (" + _HOST + rb")"), 2, 1),
-    (re.compile(rb"(?m)^[ \t]*(" + _IP + rb")[ \t]+(" + _HOST + rb")(?:[ \t]+[\w.-]+)*[ \t\r]*$"), 2, 1),
-    (re.compile(rb"(?m)^[ \t]*(" + _HOST + rb")[ \t]+(" + _IP + rb")[ \t\r]*$"), 1, 2),  # a `host  ip` table row
-    (re.compile(rb"\b(" + _HOST + rb") \((" + _IP + rb")\)"), 1, 2),
+    (re.compile(rb"Using IP address of (" + _IP + rb") for node (" + _HOST + rb")"), 2, 1, None),
+    (re.compile(rb"(?m)^[ \t]*(" + _IP + rb")[ \t]+(" + _HOST + rb")(?:[ \t]+[\w.-]+)*[ \t\r]*$"), 2, 1, None),
+    (re.compile(rb"(?m)^[ \t]*(" + _HOST + rb")[ \t]+(" + _IP + rb")[ \t\r]*$"), 1, 2, None),  # `host  ip` rows
 )
+# `<host> (<ip>)`: found from the address back (a pattern that starts with the host is tried at every byte)
+_PAREN_IP = re.compile(rb" \((" + _IP + rb")\)")
+_HOST_AT_END = re.compile(rb"(" + _HOST + rb")\Z")
 # The remote end a reporting line names, and its own end (to map addresses to the reporter's host).
 _PEER = re.compile(
     r"(?:from peer|by remote peer|Peer host id:|Call to \w+ (?:from|to)|[Cc]onnect to) ?(?:host )?"
@@ -64,12 +69,27 @@ def names_peer(text: str) -> bool:
     return _PEER.search(text) is not None
 
 
+def _lines_with(data: bytes, needle: bytes) -> Iterable[bytes]:
+    start = 0
+    while (at := data.find(needle, start)) >= 0:
+        end = data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        yield data[data.rfind(b"\n", 0, at) + 1 : end]
+        start = end + 1
+
+
 def sample_addresses(data: bytes) -> dict[str, str]:
     """address -> host from the lines of `data` that pair them (see the module docstring)."""
     out: dict[str, str] = {}
-    for pattern, host_group, addr_group in _ADDRESS_LINES:
-        for m in pattern.finditer(data):
-            out.setdefault(m.group(addr_group).decode(), m.group(host_group).decode())
+    for pattern, host_group, addr_group, needle in _ADDRESS_LINES:
+        blocks = [data] if needle is None else _lines_with(data, needle)
+        for block in blocks:
+            for m in pattern.finditer(block):
+                out.setdefault(m.group(addr_group).decode(), m.group(host_group).decode())
+    for m in _PAREN_IP.finditer(data):
+        host = _HOST_AT_END.search(data, max(0, m.start() - 128), m.start())
+        if host is not None:
+            out.setdefault(m.group(1).decode(), host.group(1).decode())
     return out
 
 
