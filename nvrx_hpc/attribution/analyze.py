@@ -41,6 +41,7 @@ from nvrx_hpc.attribution.localise import (
 from nvrx_hpc.attribution.prompts import place_by_prompts, read_prompts
 from nvrx_hpc.attribution.resources import DiskRow
 from nvrx_hpc.attribution.scanner import Scanner
+from nvrx_hpc.attribution.spawn_ranks import spawn_ranks
 from nvrx_hpc.attribution.srun_cancel import hang_before_limit, hung_cancels, own_cancels
 from nvrx_hpc.attribution.verdict import Findings, decide
 from nvrx_hpc.core.errors import AttributionError
@@ -214,7 +215,7 @@ def analyze(
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
     hits = global_cgroup_tasks(align_years(log_dir_ranks(mark_local_prefixes(hits)), dated))
-    hits = enrich(traceback_ranks(place_by_exit_codes(hits)))
+    hits = enrich(traceback_ranks(place_by_exit_codes(spawn_ranks(hits))))
     hits = name_victims(drop_recovered(traceback_ranks(hits, headers=("ray_task_error",))))
     hits = quiet_terminated(crash_exits(hits))
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked

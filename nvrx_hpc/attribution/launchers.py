@@ -132,6 +132,23 @@ def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok
 _RAY_TRAIN = re.compile(r"^\((?:RayTrainWorker|TorchTrainer) pid=\d+")
 
 
+def _one_task_a_node(hits: Sequence[Hit]) -> bool:
+    """srun's tasks 0..n-1 ended one on each of n hosts while torch names at least twice as many ranks as
+    tasks: each task was a node's launcher (round 20: `torchrun x4, nproc 8`, tasks 0-3, ranks up to 31)."""
+    task_hosts: dict[int, set[str]] = defaultdict(set)
+    for h in hits:
+        if h.signature == "srun_task_exit" and h.node and h.fields.get("tasks", "").isdigit():
+            task_hosts[int(h.fields["tasks"])].add(h.node)
+    n = len(task_hosts)
+    if n < 2 or set(task_hosts) != set(range(n)) or any(len(hosts) != 1 for hosts in task_hosts.values()):
+        return False
+    if len({next(iter(hosts)) for hosts in task_hosts.values()}) != n:
+        return False
+    torch_ranks = [h.rank for h in hits if h.rank is not None and h.signature != "srun_task_exit" and (
+                   "spawn_rank" in h.fields or "srun_label" not in h.fields and "task_label" not in h.fields)]
+    return bool(torch_ranks) and max(torch_ranks) + 1 >= 2 * n
+
+
 def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
     """When srun started one launcher per node (a line's srun label differs from torch's own `[rankN]:`
     beside it: `2: [rank21]:`), srun's task numbers are the launchers, not ranks: a line that only srun
@@ -140,7 +157,8 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
     torchrun ...`) says so too (round 13). Returns the hits so corrected, and whether srun started
     launchers."""
     if not any("task_label" in h.fields and h.fields["task_label"] != str(h.rank) for h in hits) and not any(
-            h.signature == "torchrun_cmd" and _SRUN_TORCHRUN.search(h.text) or _RAY_TRAIN.match(h.text) for h in hits):
+            h.signature == "torchrun_cmd" and _SRUN_TORCHRUN.search(h.text) or _RAY_TRAIN.match(h.text) for h in hits
+    ) and not _one_task_a_node(hits):
         return list(hits), False
     task_host: dict[str, str] = {}
     for h in hits:
@@ -154,6 +172,8 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
         label = _label(h)
         if "srun_label" in fields and rank is not None and str(rank) == fields["srun_label"]:
             rank = None
+        if rank is not None and str(rank) == fields.get("cgroup_task"):
+            rank = None  # the cgroup's task is srun's, a launcher: the killed process's rank is not in its path
         if "tasks" in fields:
             fields = {k: v for k, v in fields.items() if k != "tasks"} | {"launcher_tasks": fields["tasks"]}
             rank = None if h.rank is not None and fields["launcher_tasks"] == str(h.rank) else rank

@@ -23,9 +23,11 @@ MAX_TEXT = 400  # characters of a line kept in a hit
 # A collector's or `ts`'s stamp before a line (`2024-03-14T02:10:00.123Z 12: ...`): stripped, its time
 # kept, unless a journal's `host unit[pid]: ` header follows (`-o short-iso`: read_header wants it whole).
 # mpirun --timestamp-output ends it with a colon (`2019-06-02T16:08:41.667Z: [1,12]<stdout>:`).
-_STAMP = r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
+_STAMP = r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d))?\]?"
 LEAD_STAMP = _STAMP + r":?\s+(?=\s*\d{1,7}: |\[rank\d|\[default\d|\[\d+,\d+\]<)"  # before a runner prefix
-_LEAD = re.compile("^" + _STAMP + r":? (?![A-Za-z0-9][\w.-]* [\w./@-]+(?:\[\d+\])?: )")
+# A collector may stamp a line that already carries its own stamp (`2025-11-09 15:39:31.043 +08:00 [2025-11-09
+# 07:39:30] h100-28:238:1313 [0] NCCL WARN ...`): both are stripped.
+_LEAD = re.compile("^(?:" + _STAMP + r":? ){1,2}(?![A-Za-z0-9][\w.-]* [\w./@-]+(?:\[\d+\])?: )")
 _SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): |^\[(\d{1,7})\]:(?=\[)")  # `12: `; `[1]:[default8]:` (a node index)
 # TorchX (and NeMo-Run through it) puts `role/replica ` before each line: `i.pretrain/0 [default2]:`.
 _TORCHX_ROLE = re.compile(r"^[A-Za-z][\w.-]*/\d{1,5} (?=\s|\[)")
@@ -53,7 +55,7 @@ _STEPD_HOST = re.compile(r"slurmstepd-(?P<host>[A-Za-z0-9][\w.-]*?): ")
 _SRUN_WHERE = re.compile(r"srun: error: (?P<host>[A-Za-z0-9][\w.-]*): tasks? (?P<tasks>[\d,-]+): ")
 _CGROUP_TASK = re.compile(r"/step_(?:\d+|batch|extern)/task_(?P<task>\d+)")
 # UCX's and Open MPI's crash reports lead with `[host:pid :thread:tid]` (`[g1003:977423 :0:977423] Caught signal 11`).
-_PID = re.compile(r"\bpid[=:] ?(\d+)|\(pid: (\d+)\)|\bPID (\d+)|Killed process (\d+)|\[\w+:(\d+)\]$|"
+_PID = re.compile(r"\bpid[=:] ?(\d+)|\(pid(?:: |\(s\) | )(\d+)\)|\bPID (\d+)|Killed process (\d+)|\[\w+:(\d+)\]$|"
                   r"[\w.-]+\[(\d+)\]: (?:segfault|trap)|^\[[\w.-]+:(\d+) ?:\d+:\d+\]")
 # A rank inside the line: torch's `[Rank 3]`, `rank 3:`, Lightning's `[rank: 3]`, a logging format's field
 # (`| rank 24 |`, `rank=24`; not `node_rank=` or `local_rank=`).

@@ -356,6 +356,7 @@ def _fill_torchrun_blocks(nodes: dict[int, str], hits: Sequence[Hit]) -> dict[in
     each block on one host, no host in two blocks (a cyclic layout, rank r on host r mod N, does not)."""
     per_node = {h.fields["nproc"] for h in hits if h.signature == "torchrun_cmd" and h.fields.get("nproc")}
     size = int(next(iter(per_node))) if len(per_node) == 1 else _even_share(nodes, hits)
+    nodes = _launcher_blocks(nodes, hits, size if per_node else 0)
     if not nodes or size < 2:
         return nodes
     blocks: dict[int, set[str]] = {}
@@ -372,10 +373,30 @@ def _fill_torchrun_blocks(nodes: dict[int, str], hits: Sequence[Hit]) -> dict[in
     return _last_block(nodes, hits, size, blocks)
 
 
+def _launcher_blocks(nodes: dict[int, str], hits: Sequence[Hit], size: int) -> dict[int, str]:
+    """srun's task k was node k's launcher (`launchers._launcher_tasks`): block k of the ranks ran on its host,
+    blocks of `size` ranks (torchrun's `--nproc-per-node`) or of the world over the launchers; nothing when a
+    placed rank says otherwise (round 20)."""
+    task_host = {int(h.fields["launcher_tasks"]): h.node for h in hits
+                 if h.node and h.fields.get("launcher_tasks", "").isdigit()}  # fmt: skip
+    if len(task_host) < 2 or set(task_host) != set(range(len(task_host))):
+        return nodes
+    world = max([r + 1 for r in nodes] + [h.rank + 1 for h in hits if h.rank is not None]
+                + list(world_sizes(hits)), default=0)
+    size = size or (world // len(task_host) if world % len(task_host) == 0 else 0)
+    if size < 2 or world > size * len(task_host):
+        return nodes
+    if any(task_host.get(r // size) not in (None, node) for r, node in nodes.items()):
+        return nodes
+    for r in range(size * len(task_host)):
+        nodes.setdefault(r, task_host[r // size])
+    return nodes
+
+
 def _last_block(nodes: dict[int, str], hits: Sequence[Hit], size: int, blocks: dict[int, set[str]]) -> dict[int, str]:
     """One block per host: when every block but one has its host and one host of the job has none, that
     block is that host's (round 17: ranks 0-3 on gpu-d01, so the silent rank 6 is on gpu-d02)."""
-    world = max([int(h.fields[k]) for h in hits for k in ("world", "world2") if h.fields.get(k, "").isdigit()]
+    world = max([*world_sizes(hits)]
                 + [r + 1 for r in nodes] + [h.rank + 1 for h in hits if h.rank is not None])  # fmt: skip
     hosts = {h.node for h in hits if h.node}
     if world % size or world // size != len(hosts) or any(len(named) > 1 for named in blocks.values()):
@@ -388,9 +409,17 @@ def _last_block(nodes: dict[int, str], hits: Sequence[Hit], size: int, blocks: d
     return nodes
 
 
+WORLD_KEYS = ("world", "world2", "world3", "world4")  # the world size's fields in the catalog's signatures
+
+
+def world_sizes(hits: Iterable[Hit]) -> set[int]:
+    """Every world size the hits name (`world_size=8`, `WORLD_SIZE=8`, `MEMBER: 1/8`, `global rank 6 of 8`)."""
+    return {int(h.fields[k]) for h in hits for k in WORLD_KEYS if h.fields.get(k, "").isdigit()}
+
+
 def _even_share(nodes: dict[int, str], hits: Sequence[Hit]) -> int:
     """The ranks each host holds when the logs give one world size over the hosts they name; 0 when not."""
-    worlds = {int(h.fields[k]) for h in hits for k in ("world", "world2") if h.fields.get(k, "").isdigit()}
+    worlds = world_sizes(hits)
     hosts = {h.node for h in hits if h.node}
     if len(worlds) != 1 or len(hosts) < 2 or not set(nodes.values()) <= hosts:
         return 0
@@ -409,7 +438,7 @@ def known_ranks(hits: Iterable[Hit], others: Iterable[int] = ()) -> set[int]:
         tasks = h.fields.get("tasks")
         if tasks:
             ranks.update(ranks_of(tasks))
-        for key in ("world", "world2", "world3"):
+        for key in WORLD_KEYS:
             if h.fields.get(key, "").isdigit():
                 world = max(world, int(h.fields[key]))
     top = max(ranks, default=-1) + 1

@@ -101,9 +101,9 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(  # the HCA itself reported a fault to NCCL: the printing host's own adapter (round 13)
         "nccl_ib_async_event", _N, _ROOT,
-        r"NET/IB ?: (?:\S+ )?Got async event ?: (?P<event>port error|local catastrophic error|"
-        r"[\w ]*?(?:fatal|catastrophic error|access error))",
-        ("async event",), True, "the InfiniBand adapter reported: {event}",
+        r"NET/IB ?: (?:\S+ )?(?:Got async event ?: |async fatal event on \w+ \([^)]*\): )(?P<event>port error|"
+        r"local catastrophic error|[\w ]*?(?:fatal|catastrophic error|access error|violation[\w ]*))",
+        ("async event", "async fatal event"), True, "the InfiniBand adapter reported: {event}",
         ("node48:34050:34121 [0] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error",
          "gn057:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error"),
     ),
@@ -446,7 +446,7 @@ CATALOG: tuple[Signature, ...] = (
 
 # Exceptions that are the visible end of a failure elsewhere, not a cause of their own.
 CASCADE_EXCEPTIONS = ("DistBackendError", "ChildFailedError", "KeyboardInterrupt", "DistNetworkError", "SystemExit",
-                      "SignalException", "HorovodInternalError", "RayActorError",
+                      "SignalException", "HorovodInternalError", "RayActorError", "ActorDiedError",
                       "TrainingFailedError")  # Ray Train's wrapper: "inspect the previous error messages"
 # NCCL's own error types name where the trouble is; they are a cause only when nothing stronger is found.
 _NCCL_EXCEPTIONS = {"ncclSystemError": _N, "ncclRemoteError": _N, "ncclInternalError": _F,

@@ -25,8 +25,8 @@ LOCALISING: tuple[Signature, ...] = (
     Signature(
         "world_size", _D, _CTX,
         r"(?:\bworld_size[=:] ?(?P<world>\d+)|\bWORLD_SIZE=(?P<world2>\d+)|GLOBAL_RANK: (?P<rank>\d+), MEMBER: "
-        r"\d+/(?P<world3>\d+))",
-        ("world_size", "WORLD_SIZE", "GLOBAL_RANK"), None, "world size",
+        r"\d+/(?P<world3>\d+)|\bglobal rank \d+ of (?P<world4>\d+)\b)",
+        ("world_size", "WORLD_SIZE", "GLOBAL_RANK", "global rank"), None, "world size",
         ("Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4",),
     ),
     Signature(
@@ -118,6 +118,11 @@ LOCALISING: tuple[Signature, ...] = (
         "ib_port_down", Category.NETWORK, _CTX, r"(?:==> \S+ \(Down\)|^\s*state:\s+1: DOWN)",
         ("(Down)", "1: DOWN"), None, "an InfiniBand port is down",
         ("mlx5_3 port 1 ==> ens111np0 (Down)", "\tstate:\t\t 1: DOWN"),
+    ),
+    Signature(  # torch.multiprocessing.spawn's report of one worker's failure: its local index (spawn_ranks.py)
+        "mp_spawn_process", _A, _CTX, r"-- Process (?P<local_rank>\d+) terminated with the following error",
+        ("-- Process",), None, "mp.spawn worker {local_rank} failed",
+        ("-- Process 2 terminated with the following error:",),
     ),
     Signature(
         "traceback_start", _A, _CTX, r"Traceback \(most recent call last\):", ("Traceback",), None,

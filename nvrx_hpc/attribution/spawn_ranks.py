@@ -1,0 +1,45 @@
+"""The rank of a `torch.multiprocessing.spawn` worker's error under srun's label (round 20).
+
+`mp.spawn` started by srun (one task per node, `srun -l`) reports a worker's failure as `-- Process 2
+terminated with the following error:` followed by the worker's traceback, all under the node's srun label
+(`1: `). The label is the node's index and the process number its local rank: with the job's world size
+(`global rank 6 of 8`, `world_size=8`) over srun's tasks, the traceback's lines are rank
+label x (world / tasks) + local.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.localise import world_sizes
+
+_REACH = 60  # lines of the worker's traceback under the header
+
+
+def _label(h: Hit) -> str | None:
+    return h.fields.get("srun_label") or h.fields.get("task_label")
+
+
+def spawn_ranks(hits: Sequence[Hit]) -> list[Hit]:
+    """`hits` with the lines under each `-- Process L terminated` header given that worker's global rank."""
+    headers = [h for h in hits if h.signature == "mp_spawn_process" and _label(h) is not None]
+    if not headers:
+        return list(hits)
+    tasks = {t for h in hits if h.signature == "srun_task_exit" for t in h.fields.get("tasks", "").split(",")
+             if t.isdigit()}  # fmt: skip
+    worlds = world_sizes(hits)
+    if len(worlds) != 1 or len(tasks) < 2 or next(iter(worlds)) % len(tasks):
+        return list(hits)
+    per_node = next(iter(worlds)) // len(tasks)
+    out = []
+    for h in hits:
+        label = _label(h)
+        owner = next((g for g in reversed(headers) if g.source == h.source and _label(g) == label
+                      and 0 <= h.line - g.line <= _REACH), None)  # fmt: skip
+        if owner is not None and (h.rank is None or str(h.rank) == label):
+            rank = int(label) * per_node + int(owner.fields["local_rank"])
+            h = dataclasses.replace(h, rank=rank, fields={**h.fields, "spawn_rank": str(rank)})
+        out.append(h)
+    return out
