@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Hit, Role
-from nvrx_hpc.attribution.lines import parse_time, ranks_of
+from nvrx_hpc.attribution.lines import parse_time, ranks_of, srun_label
 from nvrx_hpc.attribution.local_ranks import file_local_maps, label_node_ranks
 
 __all__ = ["enrich", "name_victims", "name_oom_victims", "ds_mapping", "NOT_HOSTS"]
@@ -52,9 +52,6 @@ class _Box:
     label: str | None = None  # srun's label of the box's lines: the node's launcher, in a job-wide log
 
 
-def _label(h: Hit) -> str | None:
-    return h.fields.get("task_label") or h.fields.get("srun_label")
-
 
 def _boxes(hits: Sequence[Hit]) -> dict[tuple[str, int], _Box]:
     """(source, line of `rank :`) -> the box entry; `time :` is two lines above, `host :` one above,
@@ -64,7 +61,7 @@ def _boxes(hits: Sequence[Hit]) -> dict[tuple[str, int], _Box]:
     for (source, line), h in by_line.items():
         if h.signature != "elastic_box_rank" or h.rank is None:
             continue
-        box = _Box(h.rank, _int(h.fields.get("local_rank")), label=_label(h))
+        box = _Box(h.rank, _int(h.fields.get("local_rank")), label=srun_label(h))
         host = by_line.get((source, line - 1))
         if host is not None and host.signature == "elastic_box_host" and host.node:
             box.host = host.node if host.node.lower() not in NOT_HOSTS else None
@@ -169,7 +166,7 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
     out = []
     for h in hits:
         rank, node, fields = h.rank, h.node, h.fields
-        label = _label(h)
+        label = srun_label(h)
         if "srun_label" in fields and rank is not None and str(rank) == fields["srun_label"]:
             rank = None
         if rank is not None and str(rank) == fields.get("cgroup_task"):
@@ -242,8 +239,8 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
             if mapped is None and launchers and local is not None and label is not None and h.source in per_node:
                 mapped = label * per_node[h.source] + local  # srun's labels are torchrun's node ranks here
             rank = mapped if mapped is not None else None if launchers else local
-        if rank is None and len(in_box.get((h.source, _label(h)), ())) == 1:
-            rank = next(iter(in_box[(h.source, _label(h))]))  # only its node's lines, where srun labels them
+        if rank is None and len(in_box.get((h.source, srun_label(h)), ())) == 1:
+            rank = next(iter(in_box[(h.source, srun_label(h))]))  # only its node's lines, where srun labels them
         elif rank is None and node is None and h.role is Role.ROOT:
             rank, node = _first_failure_below(h, boxes)
         box = boxes.get((h.source, h.line)) or exits.get((h.source, h.line))

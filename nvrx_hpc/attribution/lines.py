@@ -16,7 +16,7 @@ from nvrx_hpc.attribution.api import Hit
 from nvrx_hpc.attribution.signatures import CATALOG, Signature, exception_role
 
 __all__ = ["classify_line", "parse_time", "read_header", "LineContext", "split_prefix", "split_prefixes", "ranks_of",
-           "MAX_TEXT", "torch_rank_prefixes", "hit_ranks"]
+           "MAX_TEXT", "torch_rank_prefixes", "hit_ranks", "srun_label"]
 
 MAX_TEXT = 400  # characters of a line kept in a hit
 
@@ -245,6 +245,11 @@ def parse_time(text: str, year: int | None = None) -> float | None:
 
 
 _UNFILLED = re.compile(r"\s*\([^(){}]*\{\w+\}[^(){}]*\)|\s*\{\w+\}")
+
+
+def srun_label(h: Hit) -> str | None:
+    """srun's `--label` of the hit's line (`task_label` when torch's own rank prefix stood beside it)."""
+    return h.fields.get("task_label") or h.fields.get("srun_label")
 
 
 def _summary(sig: Signature, fields: dict[str, str]) -> str:

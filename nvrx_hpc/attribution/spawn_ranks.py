@@ -13,18 +13,16 @@ import dataclasses
 from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.lines import srun_label
 from nvrx_hpc.attribution.localise import world_sizes
 
 _REACH = 60  # lines of the worker's traceback under the header
 
 
-def _label(h: Hit) -> str | None:
-    return h.fields.get("srun_label") or h.fields.get("task_label")
-
 
 def spawn_ranks(hits: Sequence[Hit]) -> list[Hit]:
     """`hits` with the lines under each `-- Process L terminated` header given that worker's global rank."""
-    headers = [h for h in hits if h.signature == "mp_spawn_process" and _label(h) is not None]
+    headers = [h for h in hits if h.signature == "mp_spawn_process" and srun_label(h) is not None]
     if not headers:
         return list(hits)
     tasks = {t for h in hits if h.signature == "srun_task_exit" for t in h.fields.get("tasks", "").split(",")
@@ -35,8 +33,8 @@ def spawn_ranks(hits: Sequence[Hit]) -> list[Hit]:
     per_node = next(iter(worlds)) // len(tasks)
     out = []
     for h in hits:
-        label = _label(h)
-        owner = next((g for g in reversed(headers) if g.source == h.source and _label(g) == label
+        label = srun_label(h)
+        owner = next((g for g in reversed(headers) if g.source == h.source and srun_label(g) == label
                       and 0 <= h.line - g.line <= _REACH), None)  # fmt: skip
         if owner is not None and (h.rank is None or str(h.rank) == label):
             rank = int(label) * per_node + int(owner.fields["local_rank"])
