@@ -3,7 +3,9 @@
 DeepSpeed's launcher started by srun (one per node, `--no_ssh`) prints `'--local_rank=0' ...] exits with
 return code = -9` without a host, then exits with its child's status; srun reports that as the task's
 exit code, 256 minus the signal: `srun: error: gpu-j01: task 0: Exited with exit code 247`. When exactly
-one host's srun task ended with the code the launcher's line implies, the line was printed there.
+one host's srun task ended with the code the launcher's line implies, the line was printed there. A task
+Slurm's cgroup OOM killer ended is reported `Out Of Memory` instead of a code: the killer's SIGKILL (`-9`)
+was seen on that host when it is the only one (round 21).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ def place_by_exit_codes(hits: Sequence[Hit]) -> list[Hit]:
     for h in hits:
         if h.signature == "srun_task_exit" and h.node and h.fields.get("code"):
             hosts_by_code[h.fields["code"]].add(h.node)
+        elif h.signature == "slurm_oom_kill" and h.node and "tasks" in h.fields:
+            hosts_by_code[str(256 - 9)].add(h.node)  # `srun: error: host: task 1: Out Of Memory`
     if not hosts_by_code:
         return list(hits)
     out = []

@@ -146,6 +146,13 @@ def _one_task_a_node(hits: Sequence[Hit]) -> bool:
     return bool(torch_ranks) and max(torch_ranks) + 1 >= 2 * n
 
 
+def _ds_per_node(hits: Sequence[Hit]) -> bool:
+    """srun reported tasks of a job whose DeepSpeed launcher printed its `global_rank_mapping=`: that mapping is
+    printed by `deepspeed.launcher.launch`, one per node, so srun's tasks were those launchers (round 21)."""
+    return any(h.signature == "ds_rank_mapping" for h in hits) and any(
+        h.signature in ("srun_task_exit", "slurm_oom_kill") and "tasks" in h.fields for h in hits)
+
+
 def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
     """When srun started one launcher per node (a line's srun label differs from torch's own `[rankN]:`
     beside it: `2: [rank21]:`), srun's task numbers are the launchers, not ranks: a line that only srun
@@ -155,7 +162,7 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
     launchers."""
     if not any("task_label" in h.fields and h.fields["task_label"] != str(h.rank) for h in hits) and not any(
             h.signature == "torchrun_cmd" and _SRUN_TORCHRUN.search(h.text) or _RAY_TRAIN.match(h.text) for h in hits
-    ) and not _one_task_a_node(hits):
+    ) and not _one_task_a_node(hits) and not _ds_per_node(hits):
         return list(hits), False
     task_host: dict[str, str] = {}
     for h in hits:
