@@ -379,6 +379,7 @@ def _launcher_blocks(nodes: dict[int, str], hits: Sequence[Hit], size: int) -> d
     placed rank says otherwise (round 20)."""
     task_host = {int(h.fields["launcher_tasks"]): h.node for h in hits
                  if h.node and h.fields.get("launcher_tasks", "").isdigit()}  # fmt: skip
+    task_host = _missing_launcher(task_host, {h.node for h in hits if h.node})
     if len(task_host) < 2 or set(task_host) != set(range(len(task_host))):
         return nodes
     world = max([r + 1 for r in nodes] + [h.rank + 1 for h in hits if h.rank is not None]
@@ -391,6 +392,18 @@ def _launcher_blocks(nodes: dict[int, str], hits: Sequence[Hit], size: int) -> d
     for r in range(size * len(task_host)):
         nodes.setdefault(r, task_host[r // size])
     return nodes
+
+
+def _missing_launcher(task_host: dict[int, str], hosts: set[str]) -> dict[int, str]:
+    """A lost node's launcher gets no `srun: error: host: task k` line (srun says `Node failure on host`): when
+    one task number is missing inside srun's list and one host of the job has no task, that task ran there
+    (round 21: tasks 0, 1 and 3 on c021, c022 and c024; c023 lost). Not a missing last task: any host a
+    line names (a login node, a file server) would do for it."""
+    free = hosts - set(task_host.values())
+    missing = set(range(max(task_host, default=0))) - set(task_host)
+    if len(task_host) < 2 or len(free) != 1 or len(missing) != 1 or len(task_host) != max(task_host):
+        return task_host
+    return {**task_host, missing.pop(): free.pop()}
 
 
 def _last_block(nodes: dict[int, str], hits: Sequence[Hit], size: int, blocks: dict[int, set[str]]) -> dict[int, str]:

@@ -383,18 +383,22 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(
         "watchdog_progress", _D, _CTX,
-        r"(?:Timeout at NCCL work|detected by watchdog at work): (?P<seq>\d+), last enqueued NCCL work: "
-        r"(?P<enqueued>-?\d+), last completed NCCL work: (?P<completed>-?\d+)",
-        ("NCCL work",), True, "watchdog progress: work {seq}, enqueued {enqueued}, completed {completed}",
-        ("[PG 3 Rank 4] Timeout at NCCL work: 9141, last enqueued NCCL work: 9141, last completed NCCL work: 9140.",),
+        # torch 2.5 on: `failure detected by watchdog at work sequence id: N PG status: last enqueued work: M, ...`
+        r"(?:Timeout at NCCL work|detected by watchdog at work(?: sequence id)?): (?P<seq>\d+)(?:,| PG status:) "
+        r"last enqueued (?:NCCL )?work: (?P<enqueued>-?\d+), last completed (?:NCCL )?work: (?P<completed>-?\d+)",
+        ("NCCL work", "PG status"), True, "watchdog progress: work {seq}, enqueued {enqueued}, completed {completed}",
+        ("[PG 3 Rank 4] Timeout at NCCL work: 9141, last enqueued NCCL work: 9141, last completed NCCL work: 9140.",
+         "[PG ID 0 PG GUID 0(default_pg) Rank 2] failure detected by watchdog at work sequence id: 120049 PG status: "
+         "last enqueued work: 120049, last completed work: 120048"),
     ),
     Signature(
         # A rank told to dump by another's timeout prints its own progress: a lower last-enqueued
         # number than the work the others wait on means it never issued that collective.
         "watchdog_dump_progress", _D, _CTX,
-        r"Received a dump signal due to a collective timeout from rank \d+.{0,120}?Last enqueued NCCL work: "
-        r"(?P<enqueued>-?\d+), last completed NCCL work: (?P<completed>-?\d+)",
-        ("dump signal",), True, "dump signal: enqueued {enqueued}, completed {completed}",
+        # Its own dump, when its watchdog got stuck, prints the same sentence alone (round 21).
+        r"(?:Received a dump signal due to a collective timeout from rank \d+.{0,120}?|^|[\]:.] )Last enqueued NCCL "
+        r"work: (?P<enqueued>-?\d+), last completed NCCL work: (?P<completed>-?\d+)",
+        ("Last enqueued NCCL work",), True, "dump signal: enqueued {enqueued}, completed {completed}",
         ("[PG ID 0 PG GUID 0(default_pg) Rank 26] Received a dump signal due to a collective timeout from rank 3 "
          "and we will try our best to dump the debug info. Last enqueued NCCL work: 18802, last completed NCCL "
          "work: 18802.",),

@@ -352,7 +352,7 @@ def decide(f: Findings) -> Verdict:
         # The node was lost (a host fault that Slurm also reports as a node failure): all its ranks. Slurm's
         # line may name only a survivor: then the node Slurm or srun's teardown says is gone (lost_node.py).
         lost = {n for c in co for n in c.nodes} or {n for n in (lost_host(f.hits, rank_nodes),) if n}
-        ranks = ranks_of_lost_node(lost, universe, rank_nodes)
+        ranks = ranks_of_lost_node(lost, universe | set(rank_nodes), rank_nodes)
     nodes = sorted(({n for c in co for n in c.nodes} if nodes_from_co else set()) | lost
                    | {rank_nodes[r] for r in ranks if r in rank_nodes})  # fmt: skip
     gpus = sorted({g for c in co for g in c.gpus}) if nodes_from_co else []
