@@ -35,8 +35,9 @@ _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
 _MPI_RANK = re.compile(r"^\[\d+,(\d{1,7})\]<(?:stdout|stderr|stddiag)>:\s?")  # mpirun --tag-output: `[1,3]<stderr>:`
 # pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit or a hyphen,
-# an exception name ("ValueError: ") has neither.
-_HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun)(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*): (?=\S)")
+# an exception name ("ValueError: ") has neither. A hostfile of addresses gives `10.52.0.22: ` (round 22).
+_HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun)(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*"
+                          r"|(?:\d{1,3}\.){3}\d{1,3}): (?=\S)")
 # A runner that tags each line with its origin and stream: `host [stderr] `, or milabench's
 # `bench.host [stdout] ` (`dinov2-giant-nodes.cn-d003 [stderr] [rank0]:...`, the host maybe a FQDN).
 _STREAM_TAG = re.compile(r"^(?P<tag>[A-Za-z][\w.-]*) \[(?:stdout|stderr|start|end(?: \(\d+\))?)\] ")
@@ -317,8 +318,10 @@ def classify_line(
     gpu = fields.pop("gpu", None)
     stepd = _STEPD_HOST.search(text)
     node = node or (where.group("host") if where else None) or (stepd.group("host") if stepd else None)
-    node = node or head_node or prefix_node
     nccl = _NCCL_PREFIX.match(text)
+    if prefix_node and prefix_node[0].isdigit() and nccl:
+        prefix_node = nccl.group("host")  # pdsh's address prefix: NCCL's own prefix names the host
+    node = node or head_node or prefix_node
     if nccl:
         node = node or nccl.group("host")
         gpu = gpu or nccl.group("dev")

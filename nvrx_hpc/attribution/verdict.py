@@ -132,7 +132,7 @@ def _causes(f: Findings, record_time: dict[int, float]) -> list[_Cause]:
             "log", h.signature, h.category, _STRENGTH[h.role], h.summary,
             Evidence(h.source, h.text, line=h.line), when, hit_ranks(h),
             (h.node,) if h.node else (), (gpu,) if gpu else (), h.restartable, h.order,
-            f"{h.signature}:{h.fields.get('exc', '')}",
+            f"{h.signature}:{h.fields.get('exc', '')}:{h.fields.get('code', '')}",  # -9 then -6: two findings
         ))  # fmt: skip
     for r in f.records:
         sig = _SIGNAL_CAUSE.get(r.signal or "")
@@ -338,11 +338,12 @@ def decide(f: Findings) -> Verdict:
     if root.kind == "log" and len(named) >= 2 and universe and named >= universe:
         ranks, nodes_from_co = [], False  # every rank failed the same way: the job's code or data, not one rank
     if category is Category.UNKNOWN and root.kind == "log" and root.strength == 1:
-        ended = {h.node for h in f.hits if h.signature == root.signature and h.node and h.role is not Role.CONTEXT}
+        ends = [h for h in f.hits if h.signature == root.signature and h.node and h.role is not Role.CONTEXT]
+        ended = {h.node for h in ends} if len({h.fields.get("code") for h in ends}) == 1 else set()  # -9, -6: unlike
         if len(ended) >= 2 and ended >= {h.node for h in f.hits if h.node} | set(f.listed_nodes) | set(f.job_nodes):
             ranks, nodes_from_co = [], False  # every node of the job ended alike (srun's tasks may be launchers)
-    if category is Category.APPLICATION and root.kind == "log" and not ranks:
-        ranks = lone_exit_rank(f.hits)  # an unranked traceback: the one task that exited on its own
+    if (category is Category.APPLICATION or root.signature == "disk_full") and root.kind == "log" and not ranks:
+        ranks = lone_exit_rank(f.hits)  # an unranked traceback (or OSError): the one task that exited on its own
     if (category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) or root.signature == "linux_oom_kill") \
             and root.kind == "log" and not ranks:
         ranks = exited_on_node(sorted({n for c in co for n in c.nodes}), f.hits)  # the one rank seen to end there
