@@ -80,6 +80,8 @@ _MASTER_HOST = re.compile(rb"(?:\bMASTER_ADDR=|--master[-_]addr[= ]|--rdzv[-_]en
 # mpirun's host list (`-H gpu-c01:4,gpu-c02:4`, `--host a,b`): the job ran on all of them
 _MPI_HOSTS = re.compile(rb"(?m)(?:^|[\s;&|])mpirun\b[^\n]*?\s(?:-H|--?host)\s+"
                         rb"([a-z][\w.-]*(?::\d+)?(?:,[a-z][\w.-]*(?::\d+)?)+)")
+# mpirun fills each host's slots before the next unless told to go round the nodes (round 22)
+_MPI_ROUND_ROBIN = re.compile(rb"(?:--?map-by\s+(?!slot|core|socket)|-bynode|--?npernode|-N\s|--?rankfile)")
 _DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _SAMPLE = 256 * 1024
 _FLAG = re.compile(r"^(?:[A-Za-z]|iso|short|short-iso)$")  # dmesg -T, journalctl -k / -o short-iso
@@ -163,7 +165,7 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
             hosts.setdefault(r, host)
         for r, host in _range_hosts(data):
             hosts.setdefault(r, host)
-        for r, host in _mpi_hosts(data):
+        for r, host in [*_mpi_hosts(data), *_mpi_slot_hosts(data)]:
             hosts.setdefault(r, host)
         for m in _MPI_PREFIX_HOST.finditer(data):
             hosts.setdefault(int(m.group(1)), m.group(2).decode())
@@ -240,6 +242,23 @@ def _range_hosts(data: bytes) -> list[tuple[int, str]]:
         lo, hi = int(m.group(3)), int(m.group(4))
         if not _NOT_BANNER_HOSTS.match(host) and host.lower() not in _NOT_HOSTS and 0 <= hi - lo <= 1024:
             found += [(r, host) for r in range(lo, hi + 1)]
+    return found
+
+
+def _mpi_slot_hosts(data: bytes) -> list[tuple[int, str]]:
+    """(rank, host) from mpirun's `-H cn-s01:4,cn-s02:4,...` when every host gives its slots and nothing maps
+    by node: Open MPI fills the hosts in order, ranks 0-3 on the first, 4-7 on the second."""
+    found: list[tuple[int, str]] = []
+    for m in _MPI_HOSTS.finditer(data[:65536]):
+        line_end = data.find(b"\n", m.end())
+        if _MPI_ROUND_ROBIN.search(data, m.start(), line_end if line_end >= 0 else len(data)):
+            continue
+        slots = [entry.partition(":") for entry in m.group(1).decode().split(",")]
+        if all(n.isdigit() and 0 < int(n) <= 1024 for _h, _c, n in slots):
+            base = 0
+            for host, _c, n in slots:
+                found.extend((r, host) for r in range(base, base + int(n)))
+                base += int(n)
     return found
 
 
@@ -440,10 +459,16 @@ def _even_share(nodes: dict[int, str], hits: Sequence[Hit]) -> int:
     return world // len(hosts) if world % len(hosts) == 0 else 0
 
 
+def ready_ranks(hits: Iterable[Hit]) -> set[int]:
+    """The ranks a Horovod stall warning lists as ready: they submitted the tensors, the others did not."""
+    return {int(r) for h in hits if h.fields.get("ready") for r in h.fields["ready"].split(", ")}
+
+
 def known_ranks(hits: Iterable[Hit], others: Iterable[int] = ()) -> set[int]:
-    """Every rank the job is known to have: named anywhere, in srun task lists, the world size, and
-    every rank below the highest one named (ranks are 0..N-1)."""
-    ranks = {r for r in others if r is not None}
+    """Every rank the job is known to have: named anywhere, in srun task lists, Horovod's ready lists, the
+    world size, and every rank below the highest one named (ranks are 0..N-1)."""
+    hits = list(hits)
+    ranks = {r for r in others if r is not None} | ready_ranks(hits)
     world = 0
     for h in hits:
         if h.rank is not None:
@@ -481,7 +506,7 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
         reporters = {r for r, _s, _e in progress}
         if behind and behind != reporters:
             return tuple(sorted(behind)), "behind"
-    reporting = {h.rank for h in victims}
+    reporting = {h.rank for h in victims} | ready_ranks(hits)
     silent = universe - reporting
     if len(reporting) >= 2 and silent and len(silent) <= max(1, len(universe) // 3):
         return tuple(sorted(silent)), "silent"

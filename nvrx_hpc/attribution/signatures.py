@@ -375,8 +375,9 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(
         "horovod_stall", _D, _WEAK,
+        # older Horovod lists the ranks that did submit: `[ready ranks: 29, 9, 19, ...]` (round 22)
         r"(?:Horovod has been stalled for more than \d+ seconds|submitted to be reduced, gathered or broadcasted "
-        r"by subset of ranks)",
+        r"by subset of ranks(?:[^\n]*?\[ready ranks: (?P<ready>\d{1,6}(?:, \d{1,6})*)\])?)",
         ("Horovod has been stalled", "by subset of ranks"), True, "Horovod stalled waiting for ranks",
         ("[2024-03-11 20:17:18.727803: E horovod/common/stall_inspector.cc:130] Horovod has been stalled for more "
          "than 900 seconds. Will shutdown.",),

@@ -38,3 +38,22 @@ def test_launchers_that_end_differently_on_each_node_are_not_one_teardown(tmp_pa
     v = analyze_run(write_run(tmp_path, {"slurm-5521.out": out})).verdict
     assert v.category is Category.UNKNOWN
     assert (v.culprit.ranks, v.culprit.nodes) == ((1,), ("gpu-m01",))
+
+
+def test_horovods_ready_ranks_name_the_one_missing_and_mpiruns_slots_its_host(tmp_path):
+    ready = ", ".join(str(r) for r in (5, 0, 7, 2, 1, 6, 4))
+    out = ["mpirun -np 8 -H cn-s01:4,cn-s02:4 -bind-to none -map-by slot python train.py",
+           "WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and "
+           "are waiting for remainder of ranks for more than 60 seconds. This may indicate that different ranks are "
+           f"trying to submit different tensors. Stalled ops: DistributedSGD_Allreduce_0 [ready ranks: {ready}]"]
+    v = analyze_run(write_run(tmp_path, {"slurm-2290417.out": out})).verdict
+    assert v.category is Category.DISTRIBUTED_HANG
+    assert (v.culprit.ranks, v.culprit.nodes) == ((3,), ("cn-s01",))
+
+
+def test_mpirun_mapping_by_node_places_no_rank_by_slots(tmp_path):
+    out = ["mpirun -np 8 -H cn-s01:4,cn-s02:4 --map-by node python train.py",
+           "WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and "
+           "are waiting for remainder of ranks. Stalled ops: op_0 [ready ranks: 0, 1, 2, 4, 5, 6, 7]"]
+    v = analyze_run(write_run(tmp_path, {"slurm-2290418.out": out})).verdict
+    assert v.culprit.ranks == (3,) and v.culprit.nodes == ()
