@@ -8,6 +8,9 @@ trace of the crash, and the peers' `ncclRemoteError: ... remote process exited` 
 its consequence. The line becomes a weak framework-crash cause of its rank: any cause printed as a
 cause (a GPU's Xid, a traceback) still outranks it, and an earlier weak cause still comes first.
 SIGBUS is left a cascade: it is as often a mapped file or /dev/shm that ran out as a crash (round 17).
+A child ended by SIGKILL was killed from outside (the kernel's OOM killer, an administrator): the launchers
+end the others with SIGTERM, or do not report them. With nothing printed as a cause it is a weak `unknown`
+cause of its node, and the peers' remote-exit errors after it are its consequence (round 23).
 """
 
 from __future__ import annotations
@@ -26,8 +29,13 @@ def crash_exits(hits: Sequence[Hit]) -> list[Hit]:
     out = []
     for h in hits:
         signal = _CRASH_SIGNALS.get(h.fields.get("code", ""))
-        if h.signature in _LAUNCHER_EXITS and signal and h.rank is not None and h.role is Role.CASCADE:
+        if h.signature in _LAUNCHER_EXITS and signal and (h.rank is not None or h.node) and h.role is Role.CASCADE:
+            who = f"rank {h.rank}" if h.rank is not None else f"a child on {h.node}"
             h = dataclasses.replace(h, role=Role.WEAK, category=Category.FRAMEWORK_CRASH, restartable=True,
-                                    summary=f"the launcher saw rank {h.rank} crash with {signal}")  # fmt: skip
+                                    summary=f"the launcher saw {who} crash with {signal}")  # fmt: skip
+        elif h.signature in _LAUNCHER_EXITS and h.fields.get("code") in ("-9", "137") and h.node \
+                and h.role is Role.CASCADE:
+            h = dataclasses.replace(h, role=Role.WEAK, category=Category.UNKNOWN, restartable=True,
+                                    summary=f"the launcher on {h.node} saw a child killed by SIGKILL")  # fmt: skip
         out.append(h)
     return out

@@ -99,6 +99,21 @@ def _ps_ranks(hits: Sequence[Hit]) -> dict[str, int]:
     return out
 
 
+def _ds_child_ranks(hits: Sequence[Hit]) -> dict[str, int]:
+    """pid -> global rank from DeepSpeed's `Killing subprocess P` lines: its launcher lists its children in the
+    order it started them, local rank 0 first, so the k-th pid of a host is that host's k-th rank in
+    `global_rank_mapping=` (round 23: a kernel segfault of pid 52211, the host's second child)."""
+    mapping = ds_mapping(hits)
+    children: dict[str, list[int]] = defaultdict(list)
+    kills = [h for h in hits if h.signature == "ds_kill_subprocess" and h.node]
+    for h in sorted(kills, key=lambda h: (h.source, h.line)):
+        if int(h.fields["kpid"]) not in children[h.node]:
+            children[h.node].append(int(h.fields["kpid"]))
+    # pids given out in the order of the list: anything else is not a launcher's own listing
+    return {str(pid): mapping[node][k] for node, pids in children.items() if node in mapping
+            and len(pids) == len(mapping[node]) and pids == sorted(pids) for k, pid in enumerate(pids)}  # fmt: skip
+
+
 def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok: bool = True) -> dict[str, int]:
     """pid -> global rank. Global sources first (torchrun's box, a line that carries both a pid and its
     global rank, NCCL's world communicator); a local rank (`local_rank: 3 (pid: 2231)`) only for a pid
@@ -112,6 +127,7 @@ def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok
         if box.pid:
             sure.setdefault(box.pid, box.rank)
     sure.update(_ps_ranks(hits))
+    sure.update(_ds_child_ranks(hits))
     for h in hits:
         pid = _pid(h)
         if not pid:
@@ -235,7 +251,9 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
         if h.signature == "ds_launcher_exit" and node in mapping:
             local = _int(h.fields.get("local_rank"))
             ranks = mapping[node]
-            rank = ranks[local] if local is not None and 0 <= local < len(ranks) else rank
+            # DeepSpeed prints the command of the last process it started, whichever child failed: its node's
+            # last local rank says only "a rank of this node" (round 23). An earlier one was the one that ended.
+            rank = ranks[local] if local is not None and 0 <= local < len(ranks) - 1 else rank
         if rank is None:
             pid = _pid(h)
             rank = pid_rank.get(pid) if pid else None

@@ -363,7 +363,20 @@ def rank_nodes(hits: Iterable[Hit], others: Iterable = ()) -> dict[int, str]:
     for host, ranks in ds_mapping(hits).items():  # DeepSpeed's `global_rank_mapping=` (round 14)
         for r in ranks:
             nodes.setdefault(r, host)
+    for r, host in _rendezvous_blocks(hits):
+        nodes.setdefault(r, host)
     return _fill_torchrun_blocks(nodes, hits)
+
+
+def _rendezvous_blocks(hits: Sequence[Hit]) -> list[tuple[int, str]]:
+    """(rank, host) from torchrun's rendezvous (`The node 'gpu-a07-ib0_18728_0' has joined round 0 ... as rank 2
+    in a world of size 4`): that host is node 2 of the rendezvous and runs block 2 of `--nproc-per-node` ranks,
+    whatever srun's task number there (round 23)."""
+    per_node = {h.fields["nproc"] for h in hits if h.signature == "torchrun_cmd" and h.fields.get("nproc")}
+    if len(per_node) != 1 or not 0 < (nproc := int(per_node.pop())) <= 1024:
+        return []
+    return [(r, h.fields["rhost"]) for h in hits if h.signature == "elastic_rdzv_join"
+            for r in range(int(h.fields["rdzv_rank"]) * nproc, (int(h.fields["rdzv_rank"]) + 1) * nproc)]
 
 
 def _fill_torchrun_blocks(nodes: dict[int, str], hits: Sequence[Hit]) -> dict[int, str]:

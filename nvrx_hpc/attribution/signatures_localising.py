@@ -47,6 +47,19 @@ LOCALISING: tuple[Signature, ...] = (
         ("global_rank_mapping",), None, "DeepSpeed rank mapping",
         ("n1: [INFO] [launch.py:162:main] global_rank_mapping=defaultdict(<class 'list'>, {'n1': [0], 'n2': [1]})",),
     ),
+    Signature(  # torchrun's rendezvous names each node's rank; `-ib0` is the name of its InfiniBand interface
+        "elastic_rdzv_join", _F, _CTX,
+        r"The node '(?P<rhost>[A-Za-z][\w.-]*?)(?:-ib\d+)?_\d+_\d+' has joined round \d+ of the rendezvous "
+        r"'[^'\n]*' as rank (?P<rdzv_rank>\d{1,5}) in a world of size \d+",
+        ("has joined round",), None, "torchrun's rendezvous: {rhost} is node {rdzv_rank}",
+        ("INFO:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'jean-zay-iam52-ib0_166430_0' has "
+         "joined round 0 of the rendezvous 'none' as rank 2 in a world of size 4.",),
+    ),
+    Signature(  # DeepSpeed's launcher kills its children in the order it started them: local rank 0, 1, ...
+        "ds_kill_subprocess", _F, _CTX, r"sigkill_handler\] Killing subprocess (?P<kpid>\d+)",
+        ("Killing subprocess",), None, "DeepSpeed killed its child {kpid}",
+        ("gpu-k02: [2023-07-19 10:45:06,318] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 52210",),
+    ),
     Signature(  # Ray Train lists its workers' pids with their global ranks; its log prefix names the pid
         "ray_worker_rank", _F, _CTX, r"\bpid=(?P<pid>\d+)\) world_rank=(?P<rank>\d+)", ("world_rank=",), None,
         "Ray Train worker of rank {rank}",
