@@ -37,6 +37,8 @@ def test_a_bare_sigbus_is_not_called_a_crash(tmp_path):
 def test_the_kernels_oom_kill_names_the_rank_deepspeeds_launcher_saw_sigkilled(tmp_path):
     out = ["gpu-b02: [2023-05-17 14:02:14,901] [INFO] [launch.py:161:main] global_rank_mapping=defaultdict(<class "
            "'list'>, {'gpu-b02': [0, 1], 'gpu-b03': [2, 3]})",
+           "gpu-b03: [2023-05-17 14:15:22,170] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 41876",
+           "gpu-b03: [2023-05-17 14:15:22,171] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 41877",
            "gpu-b03: [2023-05-17 14:15:22,982] [ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 'train.py', "
            "'--local_rank=1'] exits with return code = -9"]  # fmt: skip
     dmesg = ["[Wed May 17 14:13:57 2023] Out of memory: Killed process 41877 (python) total-vm:78080448kB, "
