@@ -22,7 +22,7 @@ from nvrx_hpc.attribution.aliases import apply_aliases
 from nvrx_hpc.attribution.api import SCHEMA_VERSION, FileProblem, Hit, Verdict
 from nvrx_hpc.attribution.cgroup_task import global_cgroup_tasks
 from nvrx_hpc.attribution.channel_ranks import rank_pids_by_channels
-from nvrx_hpc.attribution.crash_exit import crash_exits
+from nvrx_hpc.attribution.crash_exit import aborts_after_exceptions, crash_exits
 from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminated
 from nvrx_hpc.attribution.file_hosts import place_by_file_host
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
@@ -217,7 +217,7 @@ def analyze(
     hits = global_cgroup_tasks(align_years(log_dir_ranks(mark_local_prefixes(hits)), dated))
     hits = enrich(traceback_ranks(place_by_exit_codes(spawn_ranks(hits))))
     hits = name_victims(drop_recovered(traceback_ranks(hits, headers=("ray_task_error",))))
-    hits = quiet_terminated(crash_exits(hits))
+    hits = quiet_terminated(aborts_after_exceptions(crash_exits(hits)))
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked
     hits = hang_before_limit(hung_cancels(own_cancels(hits)))
     if since is not None:

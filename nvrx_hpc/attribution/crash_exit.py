@@ -39,3 +39,22 @@ def crash_exits(hits: Sequence[Hit]) -> list[Hit]:
                                     summary=f"the launcher on {h.node} saw a child killed by SIGKILL")  # fmt: skip
         out.append(h)
     return out
+
+
+_EXIT_ABORT_REACH = 10  # lines: the abort a dying interpreter prints right under its traceback
+
+
+def aborts_after_exceptions(hits: Sequence[Hit]) -> list[Hit]:
+    """`hits` with the C++ runtime's `terminate called without an active exception` made a cascade when it
+    follows a Python exception of the same rank a few lines above in the same file: an uncaught exception
+    ends the interpreter, and a C++ thread still running then (gloo's, a DataLoader's) aborts it so. The
+    exception is the failure, not the abort."""
+    raised = [(h.source, h.rank, h.line) for h in hits if h.signature == "python_exception" and h.role is Role.ROOT]
+    out = []
+    for h in hits:
+        if h.signature == "cxx_runtime_abort" and "without an active exception" in h.text and any(
+                source == h.source and rank == h.rank and 0 < h.line - line <= _EXIT_ABORT_REACH
+                for source, rank, line in raised):
+            h = dataclasses.replace(h, role=Role.CASCADE)
+        out.append(h)
+    return out

@@ -60,3 +60,14 @@ def test_torchruns_rendezvous_places_a_lost_nodes_ranks_whatever_sruns_task_numb
     v = analyze_run(write_run(tmp_path, {"tr11c-1554478.out": out})).verdict
     assert v.category is Category.HOST
     assert (v.culprit.ranks, v.culprit.nodes) == (tuple(range(16, 24)), ("jz-iam52",))
+
+
+def test_the_abort_a_dying_interpreter_prints_under_its_traceback_is_not_a_framework_crash(tmp_path):
+    # found by the real-cluster test of an injected ValueError: gloo's thread aborted the exiting interpreter
+    out = ["2: [rank2]: Traceback (most recent call last):", '2: [rank2]:   File "train.py", line 40, in <module>',
+           "2: [rank2]: ValueError: batch 3 on rank 2 has a label outside the model's range",
+           "2: terminate called without an active exception",
+           "srun: error: n2: task 2: Aborted", "srun: error: n1: tasks 0-1: Terminated",
+           "srun: error: n2: task 3: Terminated"]
+    v = analyze_run(write_run(tmp_path, {"step-0.log": out})).verdict
+    assert v.category is Category.APPLICATION and not v.restartable and v.culprit.ranks == (2,)
