@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Hit
 from nvrx_hpc.attribution.lines import srun_label
-from nvrx_hpc.attribution.localise import world_sizes
+from nvrx_hpc.attribution.rank_blocks import world_sizes
 
 _REACH = 60  # lines of the worker's traceback under the header
 
