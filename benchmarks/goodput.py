@@ -2,6 +2,7 @@
 
     python benchmarks/goodput.py [--minutes 30] [--mtbf 60] [--nodes 4] [--tasks-per-node 2] [--spares 2] [--json]
     python benchmarks/goodput.py --inprocess [--spare-ranks 1] ...   # in-process restart first (docs/inprocess.md)
+    python benchmarks/goodput.py --standby ...   # step restarts into a standby step (docs/launcher.md)
 
 One job of examples/train_ckpt.py (gloo, async checkpoints through nvrx_hpc.ckpt every 2 steps of 0.1 s)
 trains a fixed number of steps, chosen so that a fault-free run takes about `--minutes`. Every `--mtbf`
@@ -21,6 +22,10 @@ With `--inprocess` the job is examples/train_inprocess.py under `nvrx-hpc run --
 killed or hung rank, a lost node and a node with an Xid are all recovered inside the running ranks, their ranks
 moving to spare tasks on healthy nodes; only when a loss finds too few spare tasks left does the step restart
 (which brings fresh spares). A rank fault hits the task that holds that torch rank now (ranks move).
+
+With `--standby` the job runs under `nvrx-hpc run --standby`: each step restart starts from a standby step
+whose ranks imported torch while the attempt before them trained. A rank fault then hits the process that
+holds the rank in status.json (a standby task runs the script in its own process, under its own command line).
 
 Then the same steps run once more without faults. Figures: effective training time (ETTR) = steps x the
 fault-free run's time per step / the faulted run's wall time (first step to last); each fault's
@@ -74,6 +79,8 @@ class Goodput(Bench):
                "--health-interval", "1", "--run-dir", str(run_dir)]  # fmt: skip
         script_path = TRAIN
         env = "export NVRX_HEALTH__GPU_BACKEND=sim NVRX_LAUNCHER__EXCLUDE_AFTER=100000\n"
+        if a.standby:
+            run.append("--standby")
         if a.inprocess:
             script_path = TRAIN_INPROCESS
             run += ["--tasks-per-node", str(a.tasks_per_node), "--inprocess", "--spare-ranks", str(a.spare_ranks),
@@ -154,7 +161,12 @@ class Goodput(Bench):
             return {"kind": kind, "node": node, "at": at}
         world = self.args.nodes * self.args.tasks_per_node
         rank = rng.randrange(world)
-        pid = self._holder(name, run_dir, rank) if self.args.inprocess else self._pid_of_rank(name, rank)
+        if self.args.inprocess:
+            pid = self._holder(name, run_dir, rank)
+        elif self.args.standby:
+            pid = _status_pid(run_dir, rank)
+        else:
+            pid = self._pid_of_rank(name, rank)
         at = time.time()
         os.kill(pid, 9 if kind == "crash" else 19)  # SIGKILL, SIGSTOP
         return {"kind": kind, "rank": rank, "at": at}
@@ -195,6 +207,26 @@ class Goodput(Bench):
         for node in dict.fromkeys(self.xid_nodes):
             if self.cluster.backend.node(node).drained:
                 self.cluster.backend.resume([node])
+
+
+def _status_pid(run_dir: Path, rank: int, timeout: float = 120) -> int:
+    """The live process of `rank` from status.json (what the agents last reported). An excluded node's agent
+    still reports the ranks it held, under the same numbers: every entry is read, duplicates included."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            document = json.loads((run_dir / "status.json").read_text(), object_pairs_hook=lambda pairs: pairs)
+        except (OSError, ValueError):
+            document = []
+        for key, ranks in document:
+            for number, summary in ranks if key == "ranks" else []:
+                summary = dict(summary)
+                pid = summary.get("pid")
+                if number == str(rank) and summary.get("state") in ("registered", "running") \
+                        and isinstance(pid, int) and Path(f"/proc/{pid}").exists():
+                    return pid
+        time.sleep(0.5)
+    raise SystemExit(f"no live process of rank {rank} in {run_dir}/status.json within {timeout:g} s")
 
 
 def _inprocess_back(events: list[dict], at: float) -> float | None:
@@ -250,6 +282,8 @@ def main() -> None:
     parser.add_argument("--inprocess", action="store_true",
                         help="nvrx-hpc run --inprocess (examples/train_inprocess.py)")
     parser.add_argument("--spare-ranks", type=int, default=1, help="with --inprocess: warm spare ranks per node")
+    parser.add_argument("--standby", action="store_true",
+                        help="nvrx-hpc run --standby: step restarts start from a standby step")
     parser.add_argument("--state-dir", default="/tmp/nvrx-goodput-cluster", help="dev cluster (brought up if needed)")
     parser.add_argument("--ctld-port", type=int, default=int(os.environ.get("NVRX_TEST_CTLD_PORT", "25817")),
                         help="slurmctld port of a cluster brought up here (default $NVRX_TEST_CTLD_PORT or 25817)")
@@ -260,6 +294,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--keep", help="run the jobs in this directory and keep it (events, logs), not a temporary one")
     args = parser.parse_args()
+    if args.standby and args.inprocess:
+        parser.error("--standby and --inprocess do not go together")
     if args.minutes <= 0 or args.mtbf <= 0 or args.nodes < 1 or args.tasks_per_node < 1 or args.spares < 0:
         parser.error("--minutes and --mtbf > 0; --nodes and --tasks-per-node >= 1; --spares >= 0")
     state = Path(args.state_dir)
@@ -293,7 +329,7 @@ def main() -> None:
         "faults_by_kind": {k: sum(1 for f in faulted["faults"] if f["kind"] == k) for k in KINDS},
         "recoveries_s": recoveries, "restarts": faulted["restarts"],
         "hash_equal": faulted["hash"] is not None and faulted["hash"] == clean["hash"],
-        "mtbf_s": args.mtbf, "minutes": args.minutes, "inprocess": args.inprocess,
+        "mtbf_s": args.mtbf, "minutes": args.minutes, "inprocess": args.inprocess, "standby": args.standby,
         "inprocess_restarts": faulted["inprocess_restarts"],
     }  # fmt: skip
     if args.json:

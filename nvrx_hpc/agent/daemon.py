@@ -26,6 +26,7 @@ from typing import Any
 from nvrx_hpc.agent.hang import Timeouts, calibrate, find_hangs
 from nvrx_hpc.agent.registry import RankRecord, RankState, Registry
 from nvrx_hpc.agent.server import RankSocketServer, WorkerLink
+from nvrx_hpc.agent.standby import StandbyDesk
 from nvrx_hpc.core import messages as m
 from nvrx_hpc.core.errors import AuthError, PeerUnreachable, ProtocolError
 from nvrx_hpc.core.messages import Kind, RankEventKind
@@ -65,6 +66,7 @@ class Agent:
         self.timeouts = Timeouts()
         self.restored_heartbeat: float | None = None
         self.links: dict[int, WorkerLink] = {}
+        self.standby = StandbyDesk()  # tasks of a standby step, waiting for their go
         self.restart = 0
         self._writer: asyncio.StreamWriter | None = None
         self._stop = asyncio.Event()
@@ -218,7 +220,12 @@ class Agent:
             if record is not None and record.alive():
                 _signal(record.pid, signal.SIGKILL)
 
+    async def _on_standby_go(self, msg: m.StandbyGo) -> None:
+        told = self.standby.go(msg)
+        log.info("[%s] go for attempt %d passed to %d standby task(s)", self.s.node, msg.restart, told)
+
     _LAUNCHER_HANDLERS = {
+        Kind.LA_GO: _on_standby_go,
         Kind.LA_RESTART: _on_inprocess_restart,
         Kind.LA_STEP: _on_step,
         Kind.LA_TIMEOUTS: _on_timeouts,
@@ -248,6 +255,9 @@ class Agent:
                 self._mark_exited(record, "spank")
 
     def _on_worker(self, msg: m.Frame, link: WorkerLink) -> None:
+        if isinstance(msg, m.WorkerStandby):
+            self.standby.wait(msg, link)
+            return
         rank = getattr(msg, "rank", -1)
         if rank < 0:
             return
@@ -318,6 +328,7 @@ class Agent:
     }
 
     def _on_worker_gone(self, link: WorkerLink) -> None:
+        self.standby.gone(link)
         for rank, known in list(self.links.items()):
             if known is link:
                 del self.links[rank]
@@ -370,7 +381,7 @@ class Agent:
             iterations, self.iterations = self.iterations, {}
             self._report(m.AgentStatus, ranks=self.registry.summary(), timeouts=self.timeouts.to_dict(),
                          timings={str(rank): t for rank, t in timings.items()},
-                         iterations={str(rank): n for rank, n in iterations.items()})
+                         iterations={str(rank): n for rank, n in iterations.items()}, standby=self.standby.waiting)
             await asyncio.sleep(self.status_s)
 
     # ------------------------------------------------------------------ stopping ranks

@@ -60,6 +60,9 @@ def register(app: typer.Typer) -> None:
         spare_ranks: int | None = typer.Option(
             None, "--spare-ranks", min=0, help="Warm spare ranks per node for in-process restart."
         ),
+        standby: bool | None = typer.Option(
+            None, "--standby/--no-standby", help="Start the next attempt's ranks ahead (imports done) while one trains."
+        ),
     ) -> None:
         """Run CMD as an srun step in this allocation and keep it alive through failures."""
         from nvrx_hpc.launcher.loop import Launcher
@@ -75,7 +78,7 @@ def register(app: typer.Typer) -> None:
             "launcher.health_interval_s": health_interval, "launcher.exclude_after": exclude_after,
             "launcher.exclude_window_s": exclude_window, "agent.heartbeat_timeout_s": heartbeat_timeout,
             "agent.initial_timeout_s": initial_timeout, "inprocess.enabled": inprocess,
-            "inprocess.spare_ranks": spare_ranks,
+            "inprocess.spare_ranks": spare_ranks, "launcher.standby": standby,
         }  # fmt: skip
         resolved = load_config(overrides={key: value for key, value in flags.items() if value is not None})
         config = resolved.config

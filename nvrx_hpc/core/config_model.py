@@ -119,6 +119,9 @@ class LauncherConfig(_Section):
     exclude_after: int = Field(3, ge=1, description="Exclude a healthy node behind this many failures.")
     exclude_window_s: Seconds = Field(3600.0, description="The window of exclude_after, seconds.")
     attribution: bool = Field(True, description="Stop at once on a failure attribution calls not restartable.")
+    standby: bool = Field(
+        False, description="Start the next attempt's ranks ahead, importing torch, while this one trains."
+    )
     epilog_requeue: bool = Field(
         True, description="Site mode: the Epilog requeues a --nvrx job whose launcher died before it decided."
     )

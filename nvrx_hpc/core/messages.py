@@ -2,12 +2,13 @@
 
 Who talks to whom (docs/wire-protocol.md has the frames that carry these):
 
-- worker -> agent, ``w.*``: a rank's hello, heartbeats, sections, iterations, restored timeouts, bye, and
-  (in-process restart) a fault of its training function or ranks its rendezvous declared lost;
+- worker -> agent, ``w.*``: a rank's hello, heartbeats, sections, iterations, restored timeouts, bye,
+  (in-process restart) a fault of its training function or ranks its rendezvous declared lost, and a
+  standby task's wait for its go;
 - agent -> worker, ``a.*``: timeouts, a request to checkpoint and stop, a request to dump stacks, an
-  in-process restart;
+  in-process restart, a standby task's go;
 - launcher -> agent, ``la.*``: the challenge, a new step, timeouts, stop, dump, shutdown, straggler scores,
-  an in-process restart (with the ranks that are lost);
+  an in-process restart (with the ranks that are lost), the go of a standby step;
 - agent -> launcher, ``ag.*``: hello, rank events, calibration, status (with section timings), health, bye.
 
 `to_wire()` gives the map a Codec encodes; `parse()` turns a decoded map back into its record or raises
@@ -39,6 +40,9 @@ __all__ = [
     "WorkerBye",
     "WorkerTimeouts",
     "WorkerFault",
+    "WorkerStandby",
+    "AgentGo",
+    "StandbyGo",
     "AgentTimeouts",
     "AgentRestart",
     "AgentStop",
@@ -78,10 +82,12 @@ class Kind(str, enum.Enum):
     W_BYE = "w.bye"
     W_TIMEOUTS = "w.timeouts"
     W_FAULT = "w.fault"
+    W_STANDBY = "w.standby"
     A_TIMEOUTS = "a.timeouts"
     A_STOP = "a.stop"
     A_DUMP = "a.dump"
     A_RESTART = "a.restart"
+    A_GO = "a.go"
     LA_CHALLENGE = "la.challenge"
     LA_STEP = "la.step"
     LA_TIMEOUTS = "la.timeouts"
@@ -91,6 +97,7 @@ class Kind(str, enum.Enum):
     LA_SHUTDOWN = "la.shutdown"
     LA_STRAGGLERS = "la.stragglers"
     LA_RESTART = "la.restart"
+    LA_GO = "la.go"
     AG_HELLO = "ag.hello"
     AG_RANK = "ag.rank"
     AG_CALIBRATION = "ag.calibration"
@@ -218,6 +225,16 @@ class WorkerFault(Frame):
     lost: tuple[int, ...] = ()
 
 
+@_record
+class WorkerStandby(Frame):
+    """A task of a standby step, its imports done, waits for the go of attempt `restart` (launcher/standby.py)."""
+
+    KIND = Kind.W_STANDBY
+    restart: int
+    pid: int
+    local_rank: int = 0
+
+
 # ------------------------------------------------------------------ agent -> worker
 
 
@@ -247,6 +264,17 @@ class AgentRestart(_Enveloped):
     round: int
     lost: tuple[int, ...] = ()
     reason: str = ""
+
+
+@_record
+class AgentGo(_Enveloped):
+    """A standby task becomes a rank of attempt `restart` on `ranks_on` (the training nodes in rank order), with
+    `env` on top of its own; a task whose node is not among them exits."""
+
+    KIND = Kind.A_GO
+    restart: int
+    ranks_on: tuple[str, ...] = ()
+    env: dict = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ launcher -> agent
@@ -317,6 +345,16 @@ class InprocessRestart(_Enveloped):
     reason: str = ""
 
 
+@_record
+class StandbyGo(_Enveloped):
+    """The standby step waiting for attempt `restart` is that attempt: agents pass it to its tasks (`a.go`)."""
+
+    KIND = Kind.LA_GO
+    restart: int
+    ranks_on: tuple[str, ...] = ()
+    env: dict = field(default_factory=dict)
+
+
 # ------------------------------------------------------------------ agent -> launcher
 
 
@@ -356,13 +394,15 @@ class Calibration(_FromAgent):
 @_record
 class AgentStatus(_FromAgent):
     """Every `status_s`: the node's ranks, its timeouts, and for the straggler scores the section durations
-    closed since the last status (rank -> section -> [count, total_s, min_s]) and the iterations set."""
+    closed since the last status (rank -> section -> [count, total_s, min_s]) and the iterations set;
+    `standby`: the standby tasks waiting here, per attempt (str -> count)."""
 
     KIND = Kind.AG_STATUS
     ranks: dict
     timeouts: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
     iterations: dict = field(default_factory=dict)
+    standby: dict = field(default_factory=dict)
 
 
 @_record
@@ -404,10 +444,10 @@ class AgentLost(_FromAgent):
 RECORDS: dict[Kind, type[Frame]] = {
     cls.KIND: cls
     for cls in (
-        WorkerHello, Heartbeat, SectionMark, Iteration, WorkerBye, WorkerTimeouts, WorkerFault,
-        AgentTimeouts, AgentStop, AgentDump, AgentRestart,
+        WorkerHello, Heartbeat, SectionMark, Iteration, WorkerBye, WorkerTimeouts, WorkerFault, WorkerStandby,
+        AgentTimeouts, AgentStop, AgentDump, AgentRestart, AgentGo,
         Challenge, StepStart, LauncherTimeouts, LauncherStop, RequestStop, LauncherDump, Shutdown, StragglerFlags,
-        InprocessRestart,
+        InprocessRestart, StandbyGo,
         AgentHello, RankEvent, Calibration, AgentStatus, AgentStopped, HealthFailed, HealthUnavailable, AgentBye,
 
     )

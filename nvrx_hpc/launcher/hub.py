@@ -64,7 +64,7 @@ class AgentLink:
     ~100k objects for the garbage collector to walk (pauses of 50-200 ms). `ranks` decodes them on demand.
     """
 
-    __slots__ = ("node", "pid", "writer", "connected_at", "timeouts", "last_seen", "ranks_json")
+    __slots__ = ("node", "pid", "writer", "connected_at", "timeouts", "last_seen", "ranks_json", "standby")
 
     def __init__(self, node: str, pid: int, writer: Any, timeouts: dict | None = None) -> None:
         self.node = node
@@ -73,6 +73,7 @@ class AgentLink:
         self.connected_at = self.last_seen = time.time()
         self.timeouts: dict = timeouts or {}
         self.ranks_json = ""
+        self.standby: dict = {}  # attempt (str) -> standby tasks waiting for it here
 
     @property
     def ranks(self) -> dict[str, dict]:
@@ -342,6 +343,7 @@ class AgentHub:
         if isinstance(msg, m.AgentStatus):  # every status_s from every agent: not for the step watch
             link.ranks = msg.ranks
             link.timeouts = msg.timeouts
+            link.standby = msg.standby
             if msg.timings and self.on_timings is not None:
                 self.on_timings(link.node, msg)
             return

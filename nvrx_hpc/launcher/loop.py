@@ -32,6 +32,7 @@ from nvrx_hpc.launcher.refill import Refill, StepGroup
 from nvrx_hpc.launcher.rundir import JobIdentity, claim_run_dir, read_state, write_state
 from nvrx_hpc.launcher.settings import RunSettings, agent_status_s
 from nvrx_hpc.launcher.site_attach import attach_site_agents
+from nvrx_hpc.launcher.standby_step import Standby
 from nvrx_hpc.launcher.status import StatusWriter
 from nvrx_hpc.launcher.step_layout import layout_step
 from nvrx_hpc.launcher.steps import SrunStep, agent_step_argv, srun_has_nvrx, training_step_argv
@@ -166,6 +167,7 @@ class Launcher:
         loop.add_signal_handler(signal.SIGUSR1, self._on_time_limit_warning)
         env = {**os.environ, "NVRX_TOKEN_FILE": str(self.run_dir / "token"), "NVRX_RUN_DIR": str(self.run_dir)}
         self._env = env
+        self._standby = Standby(self.hub, self.events, env, self.run_dir / "logs")
         site = self.s.mode == "site"
         own_dir = job_tmp_dir(os.getuid(), self.ctx.job_id)
         socket_template = self.s.agent_socket if site else str(own_dir / "agent-%n.sock")
@@ -196,7 +198,7 @@ class Launcher:
             straggler_task.cancel()
             self.hub.broadcast(m.Shutdown)
             await asyncio.sleep(0.2)
-            await asyncio.gather(*(step.stop(3.0) for step in agents), self._store.stop())
+            await asyncio.gather(*(step.stop(3.0) for step in agents), self._store.stop(), self._standby.stop())
             await self.hub.close()
             self._write_state()
             self._publish_status(final=True)
@@ -405,14 +407,20 @@ class Launcher:
         nodes, spec = layout.nodes, layout.spec
         hub.broadcast(m.StepStart, nodes=nodes, restart=restart, status_s=agent_status_s(len(nodes)))
         hub.broadcast(m.LauncherTimeouts, nodes=nodes, timeouts=self.s.agent_timeouts())
-        step = SrunStep(training_step_argv(spec), {**env, **layout.env})
         started = time.time()
+        standby = await self._standby.take(restart, layout.training, self.s.tasks_per_node, layout.env)
+        step = standby or SrunStep(training_step_argv(spec), {**env, **layout.env})
         world = len(layout.training) * self.s.tasks_per_node
         self.events.emit("launcher.step.started", attempt=index, restart=restart, nodes=layout.training,
-                         world_size=world, log=str(spec.output), plugin=plugin, spare_nodes=[
-                             n for n in nodes if n not in layout.training])  # fmt: skip
-        await step.start()
+                         world_size=world, log=str(spec.output), plugin=plugin and not standby, standby=bool(standby),
+                         spare_nodes=[n for n in nodes if n not in layout.training])  # fmt: skip
+        if standby is None:
+            await step.start()
         watch = StepWatch(self.hub, self.events, self.s, self._clock)
+        watch.pid_exits_are_deaths = standby is not None
+        if self.s.standby:  # the next attempt's ranks import while this one trains (standby_step.py)
+            watch.on_first_iteration = lambda: self._standby.prepare(
+                restart + 1, sort_hosts(self.pool.active + self.pool.spares), spec, {**layout.env})
         if ip.enabled:  # refill steps top the spare tasks up after each in-process restart (refill.py)
             refill = Refill(layout, {**env, **layout.env}, self._store, namespace(str(self.ctx.job_id), restart),
                             self.events, world, ip.refill_max, restart, self.run_dir / "logs")

@@ -42,6 +42,10 @@ class StepWatch:
         self.clock = clock
         self.rank_nodes: dict[str, str] = {}  # rank -> the node it ran on, after the step
         self.inprocess: Any = None  # an InprocessWatch when in-process restart is on: it takes what it recovers
+        self.on_first_iteration: Any = None  # called once the step trains: standby steps start then
+        # A standby step's ranks register through the worker API only, so no SPANK exit status ever follows the
+        # PID watch's word; a rank that exits without its worker's goodbye (w.bye, sent at a clean exit) died.
+        self.pid_exits_are_deaths = False
         # What run() has decided so far (see _take).
         self._nodes: list[str] = []
         self._findings: list[Finding] = []
@@ -161,11 +165,16 @@ class StepWatch:
             self._first_iteration_seen = True
             self.events.emit("launcher.step.first_iteration", node=event.node, rank=msg.rank,
                              iteration=iteration, at=msg.time)
+            if self.on_first_iteration is not None:
+                self.on_first_iteration()
         if finding is None:
             return
         if finding.kind == "exited_unknown":
-            self._tentative.append(finding)
-            return
+            if not self.pid_exits_are_deaths or getattr(msg, "reason", None) == "finished":
+                self._tentative.append(finding)
+                return
+            finding = dataclasses.replace(finding, kind="exited", reason=f"rank {finding.rank} on {finding.node} "
+                                          "died without its worker's goodbye (seen by the PID watch)")  # fmt: skip
         earlier = [t.time for t in self._tentative if (t.node, t.rank) == (finding.node, finding.rank)]
         if earlier:  # the PID watch saw this death first; the plugin's status came after
             finding = dataclasses.replace(finding, time=min(earlier + [finding.time]))

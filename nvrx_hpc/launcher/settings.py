@@ -12,6 +12,7 @@ from pathlib import Path
 
 from nvrx_hpc.core.config import NvrxConfig, ResolvedConfig
 from nvrx_hpc.core.errors import ConfigError
+from nvrx_hpc.launcher.standby_exec import python_command
 from nvrx_hpc.straggler.detector import StragglerSettings
 
 __all__ = ["RunSettings", "InprocessRun", "COMM_SECTIONS", "agent_status_s"]
@@ -82,6 +83,7 @@ class RunSettings:
     comm_sections: frozenset[str] = COMM_SECTIONS
     straggler: StragglerSettings = StragglerSettings(comm_sections=COMM_SECTIONS)
     inprocess: InprocessRun = InprocessRun()
+    standby: bool = _L.standby  # the next attempt's ranks wait, imported, in a standby step (standby_step.py)
 
     @classmethod
     def from_config(
@@ -99,7 +101,7 @@ class RunSettings:
             agent_socket=agent.socket, exclude_after=launcher.exclude_after,
             exclude_window_s=launcher.exclude_window_s, attribution=launcher.attribution,
             straggler=StragglerSettings.from_config(resolved.config.straggler, COMM_SECTIONS),
-            inprocess=InprocessRun(**resolved.config.inprocess.model_dump()),
+            inprocess=InprocessRun(**resolved.config.inprocess.model_dump()), standby=launcher.standby,
         )  # fmt: skip
 
     def agent_timeouts(self) -> dict:
@@ -120,6 +122,14 @@ class RunSettings:
             )
         if self.inprocess.spare_ranks and not self.inprocess.enabled:
             raise ConfigError("--spare-ranks needs in-process restart", hint="add --inprocess")
+        if self.standby and python_command(self.command) is None:
+            raise ConfigError(
+                "--standby runs the training script inside a waiting Python process: the command must be "
+                "`python SCRIPT ...` or `python -m MODULE ...`", hint="drop --standby, or start the script with python"
+            )
+        if self.standby and self.inprocess.enabled:
+            raise ConfigError("--standby and --inprocess do not go together: in-process restart keeps its own "
+                              "warm spare ranks", hint="choose one")  # fmt: skip
         if self.min_nodes is not None and not 1 <= self.min_nodes <= allocated_nodes - self.spares:
             raise ConfigError(
                 f"--min-nodes {self.min_nodes} must be between 1 and the {allocated_nodes - self.spares} training nodes"

@@ -34,7 +34,7 @@ CHANGED = {
     "launcher.spares": "1", "launcher.max_restarts": "9", "launcher.max_no_progress": "5", "launcher.min_nodes": "2",
     "launcher.run_dir": "/scratch/{job_id}", "launcher.mode": "site", "launcher.section_timeouts": "ckpt=60",
     "launcher.stop_grace_s": "1", "launcher.health_interval_s": "0", "launcher.exclude_after": "1",
-    "launcher.exclude_window_s": "60", "launcher.attribution": "false", "launcher.epilog_requeue": "false",
+    "launcher.exclude_window_s": "60", "launcher.attribution": "false", "launcher.epilog_requeue": "false", "launcher.standby": "true",
     "health.gpu_backend": "none", "health.prolog_budget_s": "2", "health.policy_file": str(DEFAULT_POLICY_FILE),
     "health.hook_log": "/tmp/hooks.jsonl",
     "attribution.post": "file", "attribution.engine": "python", "attribution.file_path": "/tmp/r.jsonl",

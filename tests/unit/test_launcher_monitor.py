@@ -102,6 +102,32 @@ def test_a_pid_watch_exit_at_a_clean_end_is_not_a_failure(tmp_path):
     assert findings == [] and rc == 0 and not step.stopped
 
 
+def test_in_a_standby_step_an_exit_without_the_workers_goodbye_is_a_death_and_one_after_it_is_not(tmp_path):
+    """A standby step's ranks have no SPANK exit status: the PID watch's word is all there is. Rank 1 said
+    w.bye (the agent reports its exit as finished): held back. Rank 3 did not: a failure at once."""
+
+    async def scenario():
+        clock = FakeClock()
+        watch, hub = _watch(tmp_path, ["n1", "n2"], clock)
+        watch.pid_exits_are_deaths = True
+        step = ScriptedStep()
+        hub.events.put_nowait(_rank_event("n1", 1, "exited", reason="finished"))
+        hub.events.put_nowait(_rank_event("n2", 3, "exited"))
+
+        async def advance():
+            for _ in range(40):
+                await asyncio.sleep(0.01)
+                clock.now += 0.1
+        task = asyncio.ensure_future(advance())
+        findings, _iteration, _rc = await asyncio.wait_for(watch.run(step, ["n1", "n2"]), 10)
+        await task
+        return findings, step
+
+    findings, step = asyncio.run(scenario())
+    assert [(f.kind, f.node, f.rank) for f in findings] == [("exited", "n2", 3)] and step.stopped
+    assert "without its worker's goodbye" in findings[0].reason
+
+
 def test_an_agent_silent_past_its_limit_is_lost(tmp_path):
     async def scenario():
         clock = FakeClock()

@@ -47,6 +47,9 @@ SAMPLES = [
     m.WorkerFault(rank=3, round=2, reason="RuntimeError: boom", lost=(5,)),
     m.AgentRestart(round=2, lost=(5,), reason="rank 3 raised"),
     m.InprocessRestart(job="7", round=2, lost=(5,), reason="rank 3 raised"),
+    m.WorkerStandby(restart=2, pid=4242, local_rank=1),
+    m.AgentGo(restart=2, ranks_on=("n1", "n3"), env={"MASTER_PORT": "29500"}),
+    m.StandbyGo(job="7", restart=2, ranks_on=("n1", "n3"), env={"MASTER_PORT": "29500"}),
     m.RankEvent(job="7", node="n1", event=m.RankEventKind.RAISED, rank=3, round=2, lost=(5,), reason="boom"),
 ]
 
