@@ -112,7 +112,8 @@ def test_waiting_tasks_become_ranks_at_the_go_with_their_output_labelled(tmp_pat
         assert output.splitlines() == [f"{rank}: hello from the script", f"{rank}: a warning",
                                        f"{rank}: without its end"]  # fmt: skip
         seen = json.loads((tmp_path / f"out{local}.json").read_text())
-        assert seen["name"] == "__main__" and seen["argv"] == [str(tmp_path / "script.py"), str(tmp_path / f"out{local}.json")]
+        assert seen["name"] == "__main__"
+        assert seen["argv"] == [str(tmp_path / "script.py"), str(tmp_path / f"out{local}.json")]
         assert seen["env"] == {"RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": "4", "NODE_RANK": "1",
                                "SLURM_PROCID": str(rank), "MASTER_PORT": "4242", "NVRX_RESTART_COUNT": "1"}
 
