@@ -81,6 +81,8 @@ class Goodput(Bench):
         env = "export NVRX_HEALTH__GPU_BACKEND=sim NVRX_LAUNCHER__EXCLUDE_AFTER=100000\n"
         if a.standby:
             run.append("--standby")
+        if not a.inprocess:  # a hang is seen when the calibrated heartbeat deadline passes
+            env += f"export NVRX_AGENT__CALIBRATION_FLOOR_S={a.hang_floor:g}\n"
         if a.inprocess:
             script_path = TRAIN_INPROCESS
             run += ["--tasks-per-node", str(a.tasks_per_node), "--inprocess", "--spare-ranks", str(a.spare_ranks),
@@ -284,6 +286,9 @@ def main() -> None:
     parser.add_argument("--spare-ranks", type=int, default=1, help="with --inprocess: warm spare ranks per node")
     parser.add_argument("--standby", action="store_true",
                         help="nvrx-hpc run --standby: step restarts start from a standby step")
+    parser.add_argument("--hang-floor", type=float, default=2.0,
+                        help="agent.calibration_floor_s of the step-restart runs (default 2 s, the in-process "
+                             "runs' process-group timeout; the config's default is 5)")
     parser.add_argument("--state-dir", default="/tmp/nvrx-goodput-cluster", help="dev cluster (brought up if needed)")
     parser.add_argument("--ctld-port", type=int, default=int(os.environ.get("NVRX_TEST_CTLD_PORT", "25817")),
                         help="slurmctld port of a cluster brought up here (default $NVRX_TEST_CTLD_PORT or 25817)")
@@ -296,8 +301,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.standby and args.inprocess:
         parser.error("--standby and --inprocess do not go together")
-    if args.minutes <= 0 or args.mtbf <= 0 or args.nodes < 1 or args.tasks_per_node < 1 or args.spares < 0:
-        parser.error("--minutes and --mtbf > 0; --nodes and --tasks-per-node >= 1; --spares >= 0")
+    sizes_ok = min(args.nodes, args.tasks_per_node) >= 1 and args.spares >= 0
+    if min(args.minutes, args.mtbf, args.hang_floor) <= 0 or not sizes_ok:
+        parser.error("--minutes, --mtbf and --hang-floor > 0; --nodes and --tasks-per-node >= 1; --spares >= 0")
     state = Path(args.state_dir)
     cluster = DevCluster.at(state) if (state / "etc" / "spec.json").exists() else None
     if cluster is not None and cluster.spec.nodes < args.nodes + args.spares:  # too small for the job: renew it
@@ -330,6 +336,7 @@ def main() -> None:
         "recoveries_s": recoveries, "restarts": faulted["restarts"],
         "hash_equal": faulted["hash"] is not None and faulted["hash"] == clean["hash"],
         "mtbf_s": args.mtbf, "minutes": args.minutes, "inprocess": args.inprocess, "standby": args.standby,
+        "hang_floor_s": None if args.inprocess else args.hang_floor,
         "inprocess_restarts": faulted["inprocess_restarts"],
     }  # fmt: skip
     if args.json:

@@ -14,7 +14,6 @@ __all__ = ["Timeouts", "Hang", "find_hangs", "calibrate"]
 
 SAFETY_FACTOR = 5.0  # calibrated timeout = longest observed interval x this
 WARMUP_BEATS = 5  # intervals observed before calibration replaces the defaults
-MIN_CALIBRATED_S = 5.0  # never calibrate below this: scheduler noise on a busy node
 _AGENT = NvrxConfig().agent  # until the launcher sends its own, the configured defaults
 
 
@@ -27,6 +26,7 @@ class Timeouts:
     sections: dict[str, float] = field(default_factory=dict)
     out_of_section: float | None = None
     calibrate: bool = True
+    floor: float = _AGENT.calibration_floor_s  # calibration never goes below this
 
     def to_dict(self) -> dict:
         return {
@@ -35,6 +35,7 @@ class Timeouts:
             "sections": dict(self.sections),
             "out_of_section": self.out_of_section,
             "calibrate": self.calibrate,
+            "floor": self.floor,
         }
 
     @classmethod
@@ -45,6 +46,7 @@ class Timeouts:
             sections={str(k): float(v) for k, v in (data.get("sections") or {}).items()},
             out_of_section=data.get("out_of_section"),
             calibrate=bool(data.get("calibrate", True)),
+            floor=float(data.get("floor", _AGENT.calibration_floor_s)),
         )
 
 
@@ -94,9 +96,9 @@ def calibrate(timeouts: Timeouts, records: list[RankRecord], restored: float | N
     warm = [r for r in records if r.intervals >= WARMUP_BEATS]
     if warm:
         observed = max(r.max_interval for r in warm) * SAFETY_FACTOR
-        value = max(MIN_CALIBRATED_S, observed, restored or 0.0)
+        value = max(timeouts.floor, observed, restored or 0.0)
     elif restored is not None:
-        value = max(MIN_CALIBRATED_S, restored)
+        value = max(timeouts.floor, restored)
     else:
         return timeouts
     return replace(timeouts, heartbeat=round(value, 3))

@@ -90,6 +90,9 @@ class AgentConfig(_Section):
         60.0, description="A rank silent this long after a beat is hung; left at the default, it is calibrated."
     )
     initial_timeout_s: Seconds = Field(600.0, description="Deadline for a rank's first heartbeat.")
+    calibration_floor_s: Seconds = Field(
+        5.0, description="Calibration never sets the heartbeat timeout below this (scheduler noise on a busy node)."
+    )
 
     def socket_path(self, job_id: str, node: str) -> str:
         """The socket path for one job on one node."""

@@ -70,6 +70,7 @@ class RunSettings:
     heartbeat_timeout: float = _A.heartbeat_timeout_s
     calibrate_heartbeat: bool = True  # the timeout was not set by hand: the agents calibrate it
     initial_timeout: float = _A.initial_timeout_s
+    calibration_floor_s: float = _A.calibration_floor_s
     section_timeouts: dict[str, float] = field(default_factory=dict)
     mode: str = _L.mode
     stop_grace_s: float = _L.stop_grace_s
@@ -96,7 +97,8 @@ class RunSettings:
             spares=launcher.spares, max_restarts=launcher.max_restarts, max_no_progress=launcher.max_no_progress,
             min_nodes=launcher.min_nodes or None, heartbeat_timeout=agent.heartbeat_timeout_s,
             calibrate_heartbeat=resolved.sources["agent.heartbeat_timeout_s"] == "default",
-            initial_timeout=agent.initial_timeout_s, section_timeouts=dict(launcher.section_timeouts),
+            initial_timeout=agent.initial_timeout_s, calibration_floor_s=agent.calibration_floor_s,
+            section_timeouts=dict(launcher.section_timeouts),
             mode=launcher.mode, stop_grace_s=launcher.stop_grace_s, health_interval_s=launcher.health_interval_s,
             agent_socket=agent.socket, exclude_after=launcher.exclude_after,
             exclude_window_s=launcher.exclude_window_s, attribution=launcher.attribution,
@@ -109,6 +111,7 @@ class RunSettings:
         return {
             "initial": self.initial_timeout, "heartbeat": self.heartbeat_timeout,
             "sections": dict(self.section_timeouts), "out_of_section": None, "calibrate": self.calibrate_heartbeat,
+            "floor": self.calibration_floor_s,
         }  # fmt: skip
 
     def validate(self, allocated_nodes: int) -> None:

@@ -30,7 +30,7 @@ CHANGED = {
     "slurm.backend": "pyslurm", "slurm.command_timeout_s": "3",
     "agent.socket": "/tmp/s/%j/%n.sock", "agent.bb_dir": "/tmp/bb/%j", "agent.record_dir": "/tmp/records",
     "agent.heartbeat_timeout_s": "60",  # the default value, set by hand: calibration goes off
-    "agent.initial_timeout_s": "30",
+    "agent.initial_timeout_s": "30", "agent.calibration_floor_s": "2",
     "launcher.spares": "1", "launcher.max_restarts": "9", "launcher.max_no_progress": "5", "launcher.min_nodes": "2",
     "launcher.run_dir": "/scratch/{job_id}", "launcher.mode": "site", "launcher.section_timeouts": "ckpt=60",
     "launcher.stop_grace_s": "1", "launcher.health_interval_s": "0", "launcher.exclude_after": "1",
@@ -87,6 +87,7 @@ CONSUMERS = {
     "launcher.epilog_requeue": lambda r, _e: orphan.wanted({"SPANK_NVRX_ENABLED": "1"}, r.config),
     "launcher": _run_settings, "straggler": _run_settings, "inprocess": _run_settings,
     "agent.heartbeat_timeout_s": _run_settings, "agent.initial_timeout_s": _run_settings,
+    "agent.calibration_floor_s": _run_settings,
     "agent": _agent_paths, "slurm": _slurm, "health": _health,
     "ckpt": lambda r, _e: CheckpointSettings.from_config(r.config.ckpt, bb_dir="/bb", failure_domain="n1").model_dump(),
     "attribution": lambda r, _env: r.config.attribution.model_dump(),  # AttributionSettings is the section itself

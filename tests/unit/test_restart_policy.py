@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nvrx_hpc.agent.hang import MIN_CALIBRATED_S, SAFETY_FACTOR, Timeouts, calibrate, find_hangs
+from nvrx_hpc.agent.hang import SAFETY_FACTOR, Timeouts, calibrate, find_hangs
 from nvrx_hpc.agent.registry import RankRecord, RankState
 from nvrx_hpc.launcher.culprit import Finding, pick_culprit
 from nvrx_hpc.launcher.policy import Action, Attempt, Outcome, RestartPolicy
@@ -119,7 +119,10 @@ def test_calibration_after_warmup_and_across_restarts():
     for i in range(8):
         record.beat(i + 1, 100.0 + i * 0.5)
     tuned = calibrate(Timeouts(heartbeat=60), [record])
-    assert tuned.heartbeat == max(MIN_CALIBRATED_S, 0.5 * SAFETY_FACTOR)
+    assert tuned.heartbeat == 5.0  # 0.5 s x the safety factor is 2.5 s, under the default floor
+    assert calibrate(Timeouts(heartbeat=60, floor=1.0), [record]).heartbeat == 0.5 * SAFETY_FACTOR
+    assert calibrate(Timeouts(heartbeat=60, floor=4.0), [record]).heartbeat == 4.0
+    assert Timeouts.from_dict(Timeouts(floor=2.0).to_dict()).floor == 2.0  # la.timeouts carries it to the agents
     assert calibrate(Timeouts(heartbeat=60, calibrate=False), [record]).heartbeat == 60
     assert calibrate(Timeouts(heartbeat=60), [], restored=7.5).heartbeat == 7.5  # before warm-up: the restored value
     assert calibrate(Timeouts(heartbeat=60), [record], restored=9.0).heartbeat == 9.0  # restored is a floor
