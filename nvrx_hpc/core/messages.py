@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import enum
 import time as _time
-import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from nvrx_hpc.core.errors import ProtocolError
+from nvrx_hpc.core.field_checks import FieldCheck, field_check, shown
 
 __all__ = [
     "MESSAGE_VERSION",
@@ -458,47 +458,8 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {
 }
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _checker(hint: Any) -> tuple[typing.Callable[[Any], Any], str]:
-    """(convert-or-raise-TypeError, what it wants) for one field's type hint."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (Union, types.UnionType) and type(None) in args:
-        (inner,) = [a for a in args if a is not type(None)]
-        convert, want = _checker(inner)
-        return (lambda v: None if v is None else convert(v)), f"{want} or null"
-    if hint is int:
-        return _expect(_is_int), "an integer"
-    if hint is float:
-        return _expect(lambda v: _is_int(v) or isinstance(v, float)), "a number"
-    if hint is bool:
-        return _expect(lambda v: isinstance(v, bool)), "true or false"
-    if hint is str:
-        return _expect(lambda v: isinstance(v, str)), "a string"
-    if hint is dict or origin is dict:
-        return _expect(lambda v: isinstance(v, dict)), "a map"
-    if origin is tuple:
-        item, want = _checker(args[0])
-        is_list = _expect(lambda v: isinstance(v, (list, tuple)))
-        return (lambda v: tuple(item(x) for x in is_list(v))), f"a list of {want}"
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint, "one of " + ", ".join(member.value for member in hint)
-    raise TypeError(f"no wire check for {hint!r}")
-
-
-def _expect(test: typing.Callable[[Any], bool]) -> typing.Callable[[Any], Any]:
-    def check(value: Any) -> Any:
-        if not test(value):
-            raise TypeError
-        return value
-
-    return check
-
-
-_CHECKS: dict[type, dict[str, tuple[typing.Callable[[Any], Any], str]]] = {
-    cls: {name: _checker(hint) for name, hint in typing.get_type_hints(cls).items() if name in _FIELD_NAMES[cls]}
+_CHECKS: dict[type, dict[str, FieldCheck]] = {
+    cls: {name: field_check(hint) for name, hint in typing.get_type_hints(cls).items() if name in _FIELD_NAMES[cls]}
     for cls in RECORDS.values()
 }
 _REQUIRED: dict[type, frozenset[str]] = {
@@ -527,10 +488,5 @@ def parse(msg: dict[str, Any]) -> Frame:
         try:
             values[name] = convert(msg[name])
         except (TypeError, ValueError):
-            raise ProtocolError(f"{kind} field {name!r} must be {want}, got {_shown(msg[name])}") from None
+            raise ProtocolError(f"{kind} field {name!r} must be {want}, got {shown(msg[name])}") from None
     return cls(**values)
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
