@@ -46,7 +46,7 @@ def place_by_exit_codes(hits: Sequence[Hit]) -> list[Hit]:
     return out
 
 
-_LAUNCHER_EXITS = ("ds_launcher_exit", "elastic_child_failed")
+_LAUNCHER_EXITS = ("ds_launcher_exit", "elastic_child_failed", "horovod_process_exit")
 
 
 def quiet_terminated(hits: Sequence[Hit]) -> list[Hit]:

@@ -34,6 +34,8 @@ _TORCHX_ROLE = re.compile(r"^[A-Za-z][\w.-]*/\d{1,5} (?=\s|\[)")
 _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
 _MPI_RANK = re.compile(r"^\[\d+,(\d{1,7})\]<(?:stdout|stderr|stddiag)>:\s?")  # mpirun --tag-output: `[1,3]<stderr>:`
+# A runner's `[host:rank]:` before each line (`[dgx-114:3]:[rank3]: ...`); UCX's `[host:pid:0:tid]` has more colons.
+_HOST_RANK = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<rank>\d{1,7})\]:")
 # pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit or a hyphen,
 # an exception name ("ValueError: ") has neither. A hostfile of addresses gives `10.52.0.22: ` (round 22).
 _HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun)(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*"
@@ -136,6 +138,8 @@ def _outer_prefixes(line: str) -> tuple[int | None, str | None, str]:
     if m:
         label = int(m.group(1) or m.group(2) if m.re is _SRUN_LABEL else m.group(1))
         line = line[m.end() :]
+    elif m := _HOST_RANK.match(line):
+        return int(m.group("rank")), m.group("host"), line[m.end() :]
     m = _HOST_PREFIX.match(line)
     if m:
         node = m.group("host")

@@ -78,8 +78,8 @@ _NODELIST = re.compile(rb"(?i)(?:(?<![a-z])node_?list|\bnodes|\brunning on|\ball
 # the host of rank 0 or of torchrun's c10d store is one of the job's nodes (not an etcd rendezvous: its own host)
 _MASTER_HOST = re.compile(rb"(?:\bMASTER_ADDR=|--master[-_]addr[= ]|--rdzv[-_]endpoint[= ])([a-z][\w-]*\d[\w-]*)"
                           rb"(?![\w.-])(?![^\n]*etcd)")
-# mpirun's host list (`-H gpu-c01:4,gpu-c02:4`, `--host a,b`): the job ran on all of them
-_MPI_HOSTS = re.compile(rb"(?m)(?:^|[\s;&|])mpirun\b[^\n]*?\s(?:-H|--?host)\s+"
+# mpirun's or horovodrun's host list (`-H gpu-c01:4,gpu-c02:4`, `--host a,b`): the job ran on all of them
+_MPI_HOSTS = re.compile(rb"(?m)(?:^|[\s;&|])(?:mpirun|horovodrun)\b[^\n]*?\s(?:-H|--?host)\s+"
                         rb"([a-z][\w.-]*(?::\d+)?(?:,[a-z][\w.-]*(?::\d+)?)+)")
 # mpirun fills each host's slots before the next unless told to go round the nodes (round 22)
 _MPI_ROUND_ROBIN = re.compile(rb"(?:--?map-by\s+(?!slot|core|socket)|-bynode|--?npernode|-N\s|--?rankfile)")

@@ -290,11 +290,24 @@ CATALOG: tuple[Signature, ...] = (
         ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory "
          "(shm).",),
     ),
+    Signature(  # NCCL's SHM transport on a node whose /dev/shm is full: that node's limit, not the fabric's
+        "nccl_shm_segment", _H, _ROOT,
+        r"NCCL WARN Error(?::)? (?:while creating shared memory segment|failed to extend /dev/shm)",
+        ("shared memory segment", "failed to extend /dev/shm"), True,
+        "NCCL could not create its shared-memory segment (the node's /dev/shm is full)",
+        ("node7:1842:1912 [2] misc/shmutils.cc:72 NCCL WARN Error: failed to extend /dev/shm/nccl-Ab12Cd to 9637892 "
+         "bytes",),
+    ),
     Signature(  # Ray's message for a dead worker lists causes it guesses (OOM, SIGSEGV, ...): no cause itself
         "ray_worker_died", _F, _CASC, r"There are some potential root causes\.", ("potential root causes",), True,
         "Ray saw a worker process die",
         ("Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file. There are some "
          "potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage.",),
+    ),
+    Signature(  # horovodrun's report of a worker's end (its process name is the rank); the first is the failure
+        "horovod_process_exit", _F, _CASC, r"^Process (?P<rank>\d+) exit with status code (?P<code>-?\d+)\.",
+        (" exit with status code ",), True, "horovodrun saw a worker exit with code {code}",
+        ("Process 5 exit with status code 137.",),
     ),
     Signature(  # Open MPI's report of the first process that died: it places the rank and names the signal
         "mpirun_rank_exit", _F, _CASC,
@@ -375,10 +388,11 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(
         "horovod_stall", _D, _WEAK,
-        # older Horovod lists the ranks that did submit: `[ready ranks: 29, 9, 19, ...]` (round 22)
-        r"(?:Horovod has been stalled for more than \d+ seconds|submitted to be reduced, gathered or broadcasted "
-        r"by subset of ranks(?:[^\n]*?\[ready ranks: (?P<ready>\d{1,6}(?:, \d{1,6})*)\])?)",
-        ("Horovod has been stalled", "by subset of ranks"), True, "Horovod stalled waiting for ranks",
+        # older Horovod lists the ranks that did submit: `[ready ranks: 29, 9, 19, ...]` (round 22), on the
+        # warning's line or on a `Stalled ops:` line of its own (round 24b)
+        r"(?:Horovod has been stalled for more than \d+ seconds|(?:submitted to be reduced, gathered or broadcasted "
+        r"by subset of ranks|Stalled ops: )(?:[^\n]*?\[ready ranks: (?P<ready>\d{1,6}(?:, \d{1,6})*)\])?)",
+        ("Horovod has been stalled", "by subset of ranks", "Stalled ops: "), True, "Horovod stalled waiting for ranks",
         ("[2024-03-11 20:17:18.727803: E horovod/common/stall_inspector.cc:130] Horovod has been stalled for more "
          "than 900 seconds. Will shutdown.",),
     ),
@@ -471,8 +485,9 @@ _TRANSPORT_MESSAGE = re.compile(r"transport retry counter exceeded|RNR retry cou
 
 # Generic exceptions whose message says they follow a failure elsewhere (round 19): NCCL's watchdog aborted
 # the communicator, or torch.distributed.launch reporting its worker's exit (`Command '[..., '--local_rank=2',
-# ...]' returned non-zero exit status 1`).
-_AFTERMATH_MESSAGE = re.compile(r"^NCCL communicator was aborted\.?\s*$|'--local[-_]rank=\d+'.*returned non-zero")
+# ...]' returned non-zero exit status 1`), or horovodrun's summary of a worker's exit (round 24b).
+_AFTERMATH_MESSAGE = re.compile(r"^NCCL communicator was aborted\.?\s*$|'--local[-_]rank=\d+'.*returned non-zero|"
+                                r"^Horovod detected that one or more processes exited")
 
 
 def exception_role(name: str, role: Role, category: Category, message: str = "") -> tuple[Role, Category]:

@@ -49,13 +49,18 @@ def own_cancels(hits: Sequence[Hit]) -> list[Hit]:
 _LIVE_FRAME = re.compile(r"distributed_c10d\.py:\d+\)")  # a dump's frame, not a traceback's `File "...", line N`
 
 
+_STALL_REPORTS = ("horovod_stall", "horovod_missing_rank")  # a stall inspector repeats while the job is stuck
+
+
 def hung_cancels(hits: Sequence[Hit]) -> list[Hit]:
-    """When stack dumps show processes inside a collective and a user cancelled the job (no `DUE TO`),
-    the stacks are a hang's evidence (victims': the verdict names who they wait on) and the cancel context."""
+    """When stack dumps show processes inside a collective, or a stall inspector reported ranks missing,
+    and a user cancelled the job (no `DUE TO`), that is a hang's evidence (victims': the verdict names
+    who they wait on) and the cancel its context."""
     live = [h for h in hits if h.signature == "stack_in_collective" and _LIVE_FRAME.search(h.text)]
-    cancelled = any(h.signature == "slurm_cancelled" and not h.fields.get("why") and h.role is not Role.CONTEXT
-                    for h in hits)  # fmt: skip
-    if not live or not cancelled:
+    cancels = [h for h in hits if h.signature == "slurm_cancelled" and not h.fields.get("why")
+               and h.role is not Role.CONTEXT]  # fmt: skip
+    stalled = any(h.signature in _STALL_REPORTS and any(_before(h, c) for c in cancels) for h in hits)
+    if not (live or stalled) or not cancels:
         return list(hits)
     return [dataclasses.replace(h, role=Role.WEAK) if h.signature == "stack_in_collective"
             and _LIVE_FRAME.search(h.text) else dataclasses.replace(h, role=Role.CONTEXT)

@@ -6,8 +6,11 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from nvrx_hpc.core.events import read_events
@@ -160,3 +163,33 @@ def kill_all(pids: list[int]) -> None:
 def revive_node(cluster, node: str) -> None:
     """Start the lost node's slurmd again and wait until Slurm has it back."""
     cluster.dev.revive_node(node)
+
+
+@contextmanager
+def sim_xid79(cluster, job: str, node: str) -> Iterator[None]:
+    """A simulated Xid 79 on `node` (sim GPU backend) for the block; afterwards the faults are cleared and,
+    once the job has left, the node the Epilog drained on them is put back for the next tests."""
+    try:
+        inject = subprocess.run(
+            [sys.executable, "-m", "nvrx_hpc", "cluster", "inject-gpu-fault", node, "xid=79",
+             "--state-dir", str(cluster.state_dir)], capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert inject.returncode == 0, inject.stderr
+        yield
+    finally:
+        subprocess.run([sys.executable, "-m", "nvrx_hpc", "cluster", "clear-gpu-faults", "--state-dir",
+                        str(cluster.state_dir)], capture_output=True, timeout=30)  # fmt: skip
+        _resume_after_epilog(cluster, job, node)
+
+
+def _resume_after_epilog(cluster, job: str, node: str) -> None:
+    """The job's Epilog re-checks health while the simulated Xid is still there and drains the node."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        info = cluster.dev.backend.job(job)
+        if info.finished and "COMPLETING" not in info.state_flags:
+            break
+        time.sleep(0.5)
+    time.sleep(1.0)  # the Epilog's drain lands as the job leaves the node
+    if cluster.dev.backend.node(node).drained:
+        cluster.dev.backend.resume([node])

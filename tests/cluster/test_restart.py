@@ -13,7 +13,7 @@ import sys
 import time
 
 import psutil
-from _faults import SLOW, events, final_hash, first, kinds, submit, transcript, wait_iteration, wait_job
+from _faults import SLOW, events, final_hash, first, kinds, sim_xid79, submit, transcript, wait_iteration, wait_job
 from _hook_log import hook_records
 
 from nvrx_hpc.core.exit_codes import ExitCode
@@ -186,18 +186,9 @@ def test_f5_sim_xid79_during_a_run_excludes_the_node(cluster, tmp_path, ckpt_bas
     """Simulated GPU (sim backend, chosen explicitly): an Xid 79 on n2 mid-run -> n2 out, spare in."""
     job, run_dir = submit(cluster, tmp_path, "f5", nodes=2, spares=1, fault=SLOW, run_args=("--health-interval", "1"),
                           env_line="export NVRX_HEALTH__GPU_BACKEND=sim\n")
-    try:
-        wait_iteration(run_dir, 3)
-        inject = subprocess.run(
-            [sys.executable, "-m", "nvrx_hpc", "cluster", "inject-gpu-fault", "n2", "xid=79",
-             "--state-dir", str(cluster.state_dir)], capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
-        assert inject.returncode == 0, inject.stderr
+    wait_iteration(run_dir, 3)
+    with sim_xid79(cluster, job, "n2"):
         assert wait_job(cluster, job)["state"] == "COMPLETED", transcript(tmp_path, "f5")
-    finally:
-        subprocess.run([sys.executable, "-m", "nvrx_hpc", "cluster", "clear-gpu-faults", "--state-dir",
-                        str(cluster.state_dir)], capture_output=True, timeout=30)  # fmt: skip
-        _resume_after_epilog(cluster, job, "n2")
     culprit = first(run_dir, "launcher.culprit")
     assert culprit["node"] == "n2" and culprit["detail"]["finding"] == "health" and "79" in culprit["reason"]
     judged = first(run_dir, "launcher.node.judged")
@@ -205,20 +196,6 @@ def test_f5_sim_xid79_during_a_run_excludes_the_node(cluster, tmp_path, ckpt_bas
     excluded = [e for e in events(run_dir) if e["kind"] == "launcher.node.excluded"]
     assert [e["node"] for e in excluded] == ["n2"]
     assert final_hash(run_dir) == ckpt_baseline
-
-
-def _resume_after_epilog(cluster, job: str, node: str) -> None:
-    """The job's Epilog re-checks health while the simulated Xid is still there and drains the node: once
-    the job has left its nodes, put the node back for the next tests."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        info = cluster.dev.backend.job(job)
-        if info.finished and "COMPLETING" not in info.state_flags:
-            break
-        time.sleep(0.5)
-    time.sleep(1.0)  # the Epilog's drain lands as the job leaves the node
-    if cluster.dev.backend.node(node).drained:
-        cluster.dev.backend.resume([node])
 
 
 def test_time_limit_warning_checkpoints_requeues_and_finishes(cluster, tmp_path, ckpt_baseline):

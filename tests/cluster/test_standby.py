@@ -7,11 +7,8 @@ fault-free run's."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
-from _faults import SLOW, events, final_hash, first, kinds, submit, transcript, wait_iteration, wait_job
-from test_restart import _resume_after_epilog
+from _faults import SLOW, events, final_hash, first, kinds, sim_xid79, submit, transcript, wait_iteration, wait_job
 
 
 def _labels(log_text: str) -> set[int]:
@@ -41,18 +38,9 @@ def test_sim_xid_node_is_replaced_by_the_spare_through_the_standby_step(cluster,
     job, run_dir = submit(cluster, tmp_path, "sb-xid", nodes=2, spares=1, fault=SLOW,
                           run_args=("--standby", "--health-interval", "1"),
                           env_line="export NVRX_HEALTH__GPU_BACKEND=sim\n")  # fmt: skip
-    try:
-        wait_iteration(run_dir, 3)
-        inject = subprocess.run(
-            [sys.executable, "-m", "nvrx_hpc", "cluster", "inject-gpu-fault", "n2", "xid=79",
-             "--state-dir", str(cluster.state_dir)], capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
-        assert inject.returncode == 0, inject.stderr
+    wait_iteration(run_dir, 3)
+    with sim_xid79(cluster, job, "n2"):
         assert wait_job(cluster, job)["state"] == "COMPLETED", transcript(tmp_path, "sb-xid")
-    finally:
-        subprocess.run([sys.executable, "-m", "nvrx_hpc", "cluster", "clear-gpu-faults", "--state-dir",
-                        str(cluster.state_dir)], capture_output=True, timeout=30)  # fmt: skip
-        _resume_after_epilog(cluster, job, "n2")
     assert [e["node"] for e in events(run_dir) if e["kind"] == "launcher.node.excluded"] == ["n2"]
     used = first(run_dir, "launcher.standby.used")
     assert used["detail"]["nodes"] == ["n1", "n3"], used
