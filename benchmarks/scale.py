@@ -139,7 +139,7 @@ def _poll(control, timeout: float):
 # ---------------------------------------------------------------- the launcher side (this process)
 
 
-async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dict:
+async def measure(ranks: int, steady_s: float, failures: int, work: Path, status_s: float | None = None) -> dict:
     from nvrx_hpc.core.events import EventLog
     from nvrx_hpc.launcher.culprit import pick_culprit
     from nvrx_hpc.launcher.hub import AgentHub, freeze_long_lived
@@ -150,6 +150,7 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
     from nvrx_hpc.launcher.straggler_watch import StragglerWatch
 
     nodes = [f"n{i:05d}" for i in range(ranks // RANKS_PER_NODE)]
+    status_s = status_s or agent_status_s(len(nodes))  # how often each agent reports
     token = new_token()
     me = psutil.Process()
     rss_before = me.memory_info().rss
@@ -197,7 +198,7 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
     async def status_loop():  # as the launcher's: status.json as often as the agents report
         while True:
             await writer.write_async(hub.agents, {"stragglers": stragglers.status()})
-            await asyncio.sleep(agent_status_s(len(nodes)))
+            await asyncio.sleep(status_s)
 
     ctx = mp.get_context("spawn")
     chunks = [nodes[i::AGENT_PROCESSES] for i in range(AGENT_PROCESSES)]
@@ -207,7 +208,7 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
     for chunk, control in zip(chunks, controls, strict=True):
         # ranks are numbered by node order inside each process's share
         procs.append(ctx.Process(target=_agents_main, daemon=True,
-                                 args=(chunk, first[0], port, token, agent_status_s(len(nodes)), control, ready,
+                                 args=(chunk, first[0], port, token, status_s, control, ready,
                                        sent)))
         first[0] += len(chunk) * RANKS_PER_NODE
     tasks = [asyncio.ensure_future(status_loop()), asyncio.ensure_future(stragglers.run())]
@@ -283,7 +284,8 @@ async def measure(ranks: int, steady_s: float, failures: int, work: Path) -> dic
     summaries_per_s = (n1 - n0) * RANKS_PER_NODE / (wall1 - wall0)  # each status carries its node's 8 ranks
     return {
         "ranks": ranks, "nodes": len(nodes), "msgs_per_s": round((n1 - n0) / (wall1 - wall0), 1),
-        "msgs_expected_per_s": round(len(nodes) / agent_status_s(len(nodes)), 1), "hub_cpu_pct": round(cpu_pct, 2),
+        "agent_status_s": status_s, "msgs_expected_per_s": round(len(nodes) / status_s, 1),
+        "hub_cpu_pct": round(cpu_pct, 2),
         "hub_cpu_pct_per_1k_ranks": round(cpu_pct * 1000 / ranks, 3),
         "hub_cpu_pct_per_1k_rank_reports": round(cpu_pct * 1000 / summaries_per_s, 3),
         "hub_cpu_pct_idle": round(idle_pct, 2),
@@ -397,28 +399,30 @@ def attribution_at_scale(dumps: int, logs: int, lines: int, work: Path) -> dict:
 WARMUP_RANKS = 2 * RANKS_PER_NODE * AGENT_PROCESSES
 
 
-def _one_size(ranks: int, steady_s: float, failures: int) -> dict:
+def _one_size(ranks: int, steady_s: float, failures: int, status_s: float | None) -> dict:
     """One size in this process, after a small warm-up job: the warm-up pays what a hub process pays once
     (worker threads' stacks, malloc arenas, modules' first use), so the size's RSS growth is what its
     ranks cost. The warm-up's own growth is reported beside it."""
     with tempfile.TemporaryDirectory(prefix="nvrx-scale-warmup-") as tmp:
         warm = asyncio.run(measure(WARMUP_RANKS, 1.0, 2, Path(tmp)))
     with tempfile.TemporaryDirectory(prefix="nvrx-scale-") as tmp:
-        row = asyncio.run(measure(ranks, steady_s, failures, Path(tmp)))
+        row = asyncio.run(measure(ranks, steady_s, failures, Path(tmp), status_s))
     # The memory pass: the same job once more with tracemalloc on (it slows the hub, so no other figure
     # comes from it). What the hub's Python objects hold while steady, apart from the allocator's reuse.
     tracemalloc.start()
     with tempfile.TemporaryDirectory(prefix="nvrx-scale-heap-") as tmp:
-        heap = asyncio.run(measure(ranks, 2.0, 1, Path(tmp)))["hub_heap_mib"]
+        heap = asyncio.run(measure(ranks, 2.0, 1, Path(tmp), status_s))["hub_heap_mib"]
     tracemalloc.stop()
     return {**row, "hub_heap_mib": heap, "hub_heap_kib_per_rank": round(heap * 1024 / ranks, 3),
             "warmup_ranks": WARMUP_RANKS, "warmup_rss_mib": warm["hub_rss_mib"]}
 
 
-def _in_fresh_process(ranks: int, steady_s: float, failures: int) -> dict:
+def _in_fresh_process(ranks: int, steady_s: float, failures: int, status_s: float | None) -> dict:
     """Each size in a process of its own, so that no size inherits memory another one freed."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--one-size", "--sizes", str(ranks),
            "--steady-s", str(steady_s), "--failures", str(failures)]  # fmt: skip
+    if status_s:
+        cmd += ["--status-s", str(status_s)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600 + ranks / 10)
     if done.returncode != 0:
         raise SystemExit(f"the run of {ranks} ranks failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
@@ -446,21 +450,23 @@ def main() -> None:
                         help="also time attribution at scale: 4,096 flight-recorder dumps, 1,000 logs of 10^7 lines")
     parser.add_argument("--dumps", type=int, default=4096, help="flight-recorder dumps for --attribution")
     parser.add_argument("--log-lines", type=int, default=10**7, help="log lines in all for --attribution")
+    parser.add_argument("--status-s", type=float, default=None,
+                        help="each agent reports every this many seconds (default: the launcher's rate for the size)")
     parser.add_argument("--json", action="store_true", help="print one JSON row per size")
     parser.add_argument("--one-size", action="store_true", help=argparse.SUPPRESS)  # the child of one size
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if not sizes or any(s < 2 * RANKS_PER_NODE * AGENT_PROCESSES or s % RANKS_PER_NODE for s in sizes):
         parser.error(f"--sizes: multiples of {RANKS_PER_NODE}, at least {2 * RANKS_PER_NODE * AGENT_PROCESSES}")
-    if args.failures < 1 or args.steady_s <= 0:
-        parser.error("--failures >= 1, --steady-s > 0")
+    if args.failures < 1 or args.steady_s <= 0 or (args.status_s is not None and args.status_s <= 0):
+        parser.error("--failures >= 1, --steady-s > 0, --status-s > 0")
     _raise_fd_limit()
     if args.one_size:
-        print(json.dumps(_one_size(sizes[0], args.steady_s, args.failures)))
+        print(json.dumps(_one_size(sizes[0], args.steady_s, args.failures, args.status_s)))
         return
     rows = []
     for size in sizes:
-        rows.append(_in_fresh_process(size, args.steady_s, args.failures))
+        rows.append(_in_fresh_process(size, args.steady_s, args.failures, args.status_s))
         if not args.json:
             r = rows[-1]
             print(f"{r['ranks']:6d} ranks: decision p50 {r['decision_p50_ms']:.2f} ms "
