@@ -222,7 +222,8 @@ def analyze(
     hits = hang_before_limit(hung_cancels(own_cancels(hits)))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
-    fr = analyze_files(files.fr_dumps, relative_to=files.root) if files.fr_dumps else None
+    dumps = files.fr_dumps if since is None else [p for p in files.fr_dumps if _mtime(p) >= since]
+    fr = analyze_files(dumps, relative_to=files.root) if dumps else None  # an earlier attempt's dumps: not this
     if fr is not None:
         problems.extend(fr.problems)
     if job_state is None:  # not asked of Slurm: a pasted `sacct` row of the job says it (round 18)
@@ -265,3 +266,10 @@ def analyze_run(run_dir: str | Path, **kwargs: Any) -> Report:
             hint="the launcher writes <submit dir>/nvrx-runs/<job id>/",
         )
     return analyze([path], **kwargs)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return float("inf")  # gone or unreadable: analyze_files reports it as a problem

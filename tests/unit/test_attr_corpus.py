@@ -5,6 +5,7 @@ restartability and action, the root cause is in the evidence, and what followed 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -85,3 +86,16 @@ def test_bad_input_is_a_clear_error(tmp_path):
         analyze([])
     with pytest.raises(AttributionError, match="not a directory"):
         analyze_run(tmp_path / "nope")
+
+
+def test_since_skips_an_earlier_attempts_flight_recorder_dumps(tmp_path):
+    """The restart loop passes `since`: dumps of earlier attempts pile up in fr/ and loading them all made
+    each verdict slower as a run went on (7 s after 29 restarts); an earlier attempt's hang is not this one's."""
+    run = tmp_path / "43"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "fr" / "one_faulty", run / "fr")
+    (run / "logs").mkdir()
+    (run / "logs" / "step-0.log").write_text("srun: error: n1: task 0: Exited with exit code 1\n")
+    for dump in (run / "fr").iterdir():
+        os.utime(dump, (1_000_000, 1_000_000))
+    assert analyze_run(run).fr is not None
+    assert analyze_run(run, since=2_000_000).fr is None
