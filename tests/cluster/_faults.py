@@ -190,6 +190,19 @@ def _resume_after_epilog(cluster, job: str, node: str) -> None:
         if info.finished and "COMPLETING" not in info.state_flags:
             break
         time.sleep(0.5)
-    time.sleep(1.0)  # the Epilog's drain lands as the job leaves the node
-    if cluster.dev.backend.node(node).drained:
-        cluster.dev.backend.resume([node])
+    # The Epilog's drain lands as the job leaves the node, or a few seconds later on a loaded host: a node
+    # left drained would make the next test's job run without it.
+    # Done once the node has stayed undrained and out of any job for 3 s.
+    deadline, clear_since = time.monotonic() + 20, None
+    while time.monotonic() < deadline:
+        state = cluster.dev.backend.node(node)
+        if state.drained:
+            cluster.dev.backend.resume([node])
+            clear_since = None
+        elif state.state != "idle" or "COMPLETING" in state.flags:
+            clear_since = None
+        elif clear_since is None:
+            clear_since = time.monotonic()
+        elif time.monotonic() - clear_since >= 3:
+            return
+        time.sleep(0.5)
