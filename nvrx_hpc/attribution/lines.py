@@ -13,7 +13,8 @@ import re
 from datetime import datetime
 
 from nvrx_hpc.attribution.api import Hit
-from nvrx_hpc.attribution.signatures import CATALOG, Signature, exception_role
+from nvrx_hpc.attribution.exception_roles import exception_role
+from nvrx_hpc.attribution.signatures import CATALOG, Signature
 
 __all__ = ["classify_line", "parse_time", "read_header", "LineContext", "split_prefix", "split_prefixes", "ranks_of",
            "MAX_TEXT", "torch_rank_prefixes", "hit_ranks", "srun_label"]

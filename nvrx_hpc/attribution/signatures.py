@@ -11,13 +11,11 @@ specific shapes come before the general ones (a `found NaN` assertion before any
 
 from __future__ import annotations
 
-import re
-
 from nvrx_hpc.attribution.api import Category, Role
 from nvrx_hpc.attribution.signature_record import Signature
 from nvrx_hpc.attribution.signatures_localising import LOCALISING
 
-__all__ = ["Signature", "CATALOG", "catalog_by_id", "exception_role", "XID_HARDWARE", "XID_APPLICATION",
+__all__ = ["Signature", "CATALOG", "catalog_by_id", "XID_HARDWARE", "XID_APPLICATION",
            "VICTIM_SIGNATURES"]
 
 # Xids that mean the GPU (or its link) is bad, and those that are usually the application's doing.
@@ -463,44 +461,11 @@ CATALOG: tuple[Signature, ...] = (
     ),
 ) + LOCALISING
 
-# Exceptions that are the visible end of a failure elsewhere, not a cause of their own.
-CASCADE_EXCEPTIONS = ("DistBackendError", "ChildFailedError", "KeyboardInterrupt", "DistNetworkError", "SystemExit",
-                      "SignalException", "HorovodInternalError", "RayActorError", "ActorDiedError",
-                      "TrainingFailedError")  # Ray Train's wrapper: "inspect the previous error messages"
-# NCCL's own error types name where the trouble is; they are a cause only when nothing stronger is found.
-_NCCL_EXCEPTIONS = {"ncclSystemError": _N, "ncclRemoteError": _N, "ncclInternalError": _F,
-                    "ncclUnhandledCudaError": _F, "ncclInvalidUsage": _F}  # fmt: skip
 # Hits that victims print about a peer or a collective: who prints them is not who caused them.
 VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "watchdog_dump_progress",
                      "heartbeat_stuck",
                      "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout",
                      "horovod_stall")
-
-
-# A transport's own error raised as a generic exception (tensorpipe's `RuntimeError: transport retry counter
-# exceeded`): the network's, as the reporting side sees it (weak: the fault may be the peer's).
-_TRANSPORT_MESSAGE = re.compile(r"transport retry counter exceeded|RNR retry counter exceeded|"
-                                r"(?:ibv|IBV)_\w+ failed|local catastrophic error")
-
-
-# Generic exceptions whose message says they follow a failure elsewhere (round 19): NCCL's watchdog aborted
-# the communicator, or torch.distributed.launch reporting its worker's exit (`Command '[..., '--local_rank=2',
-# ...]' returned non-zero exit status 1`), or horovodrun's summary of a worker's exit (round 24b).
-_AFTERMATH_MESSAGE = re.compile(r"^NCCL communicator was aborted\.?\s*$|'--local[-_]rank=\d+'.*returned non-zero|"
-                                r"^Horovod detected that one or more processes exited")
-
-
-def exception_role(name: str, role: Role, category: Category, message: str = "") -> tuple[Role, Category]:
-    """(role, category) of a Python exception line by the exception's class name and message."""
-    if name not in CASCADE_EXCEPTIONS and _TRANSPORT_MESSAGE.search(message):
-        return Role.WEAK, _N
-    if _AFTERMATH_MESSAGE.search(message):
-        return Role.CASCADE, category
-    if name in CASCADE_EXCEPTIONS:
-        return Role.CASCADE, category
-    if name in _NCCL_EXCEPTIONS:
-        return Role.WEAK, _NCCL_EXCEPTIONS[name]
-    return role, category
 
 
 def catalog_by_id() -> dict[str, Signature]:
