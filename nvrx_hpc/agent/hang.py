@@ -7,12 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from nvrx_hpc.agent.intervals import quantile
 from nvrx_hpc.agent.registry import RankRecord, RankState
 from nvrx_hpc.core.config import NvrxConfig
 
 __all__ = ["Timeouts", "Hang", "find_hangs", "calibrate"]
 
-SAFETY_FACTOR = 5.0  # calibrated timeout = longest observed interval x this
+# Calibrated timeout = the 99th percentile interval x SAFETY_FACTOR, and at least the longest interval x
+# OUTLIER_MARGIN: a single stall (a busy node, a slow file system) then raises the deadline to twice itself,
+# not five times, where before it set every later hang's detection for the rest of the run.
+SAFETY_FACTOR = 5.0
+OUTLIER_MARGIN = 2.0
+CALIBRATION_QUANTILE = 0.99
 WARMUP_BEATS = 5  # intervals observed before calibration replaces the defaults
 _AGENT = NvrxConfig().agent  # until the launcher sends its own, the configured defaults
 
@@ -86,7 +92,8 @@ def find_hangs(records: list[RankRecord], timeouts: Timeouts, now: float) -> lis
 
 
 def calibrate(timeouts: Timeouts, records: list[RankRecord], restored: float | None = None) -> Timeouts:
-    """The heartbeat timeout after warm-up: longest interval seen x the safety factor.
+    """The heartbeat timeout after warm-up: the 99th percentile interval x the safety factor, at least the
+    longest interval x the outlier margin (with under 100 intervals the percentile is the longest).
 
     `restored` is the calibrated value a previous run persisted through the worker API: it is used
     before this run has warmed up, and as a floor afterwards (calibration only grows across restarts).
@@ -95,7 +102,8 @@ def calibrate(timeouts: Timeouts, records: list[RankRecord], restored: float | N
         return timeouts
     warm = [r for r in records if r.intervals >= WARMUP_BEATS]
     if warm:
-        observed = max(r.max_interval for r in warm) * SAFETY_FACTOR
+        typical = quantile((r.gaps for r in warm), CALIBRATION_QUANTILE)
+        observed = max(typical * SAFETY_FACTOR, max(r.max_interval for r in warm) * OUTLIER_MARGIN)
         value = max(timeouts.floor, observed, restored or 0.0)
     elif restored is not None:
         value = max(timeouts.floor, restored)

@@ -8,6 +8,7 @@ from enum import Enum
 
 import psutil
 
+from nvrx_hpc.agent.intervals import IntervalHistogram
 from nvrx_hpc.core import proc_start
 
 __all__ = ["RankState", "RankRecord", "Registry"]
@@ -37,6 +38,7 @@ class RankRecord:
     beats: int = 0
     max_interval: float = 0.0
     intervals: int = 0
+    gaps: IntervalHistogram = field(default_factory=IntervalHistogram)  # for calibration's high quantile
     iteration: int | None = None
     sections: dict[str, float] = field(default_factory=dict)
     exit_code: int | None = None
@@ -52,6 +54,7 @@ class RankRecord:
             # Coalesced beats: the gap per beat is what the training loop really did between calls.
             gap = (when - self.last_beat_at) / max(1, beats - self.beats)
             self.max_interval = max(self.max_interval, gap)
+            self.gaps.add(gap, beats - self.beats)
             self.intervals += beats - self.beats
         else:
             self.first_beat_at = when

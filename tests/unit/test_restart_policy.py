@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nvrx_hpc.agent.hang import SAFETY_FACTOR, Timeouts, calibrate, find_hangs
+from nvrx_hpc.agent.hang import OUTLIER_MARGIN, SAFETY_FACTOR, Timeouts, calibrate, find_hangs
 from nvrx_hpc.agent.registry import RankRecord, RankState
 from nvrx_hpc.launcher.culprit import Finding, pick_culprit
 from nvrx_hpc.launcher.policy import Action, Attempt, Outcome, RestartPolicy
@@ -129,3 +129,25 @@ def test_calibration_after_warmup_and_across_restarts():
     cold = _rank(state=RankState.RUNNING)
     cold.beat(1, 1.0)
     assert calibrate(Timeouts(heartbeat=60), [cold]).heartbeat == 60
+
+
+def test_one_stall_raises_the_calibrated_deadline_to_twice_itself_not_to_five_times():
+    """A 0.9 s stall among thousands of 0.15 s iterations (a busy node) once set the deadline to 4.5 s for the
+    rest of the run; it now counts as an outlier: the 99th percentile x 5, at least the stall x 2."""
+    record = _rank(state=RankState.RUNNING)
+    when = 100.0
+    for i in range(2000):
+        when += 0.9 if i == 700 else 0.15
+        record.beat(i + 1, when)
+    tuned = calibrate(Timeouts(heartbeat=60, floor=0.5), [record]).heartbeat
+    assert tuned == 0.9 * OUTLIER_MARGIN
+    slow_often = _rank(state=RankState.RUNNING)  # every 20th interval is long: that is the job's own rhythm
+    when = 100.0
+    for i in range(2000):
+        when += 0.9 if i % 20 == 0 else 0.15
+        slow_often.beat(i + 1, when)
+    assert calibrate(Timeouts(heartbeat=60, floor=0.5), [slow_often]).heartbeat == 0.9 * SAFETY_FACTOR
+    few = _rank(state=RankState.RUNNING)  # under a hundred intervals the percentile is the longest
+    for i, t in enumerate([0.0, 0.15, 0.3, 1.2, 1.35, 1.5, 1.65]):
+        few.beat(i + 1, 100.0 + t)
+    assert calibrate(Timeouts(heartbeat=60, floor=0.5), [few]).heartbeat == 0.9 * SAFETY_FACTOR
