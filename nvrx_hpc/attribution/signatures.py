@@ -241,7 +241,8 @@ CATALOG: tuple[Signature, ...] = (
         "nan_loss", _M, _ROOT,
         r"(?:(?:loss|grad[ _]norm|Loss)[^\n|]{0,24}?(?:: |=)(?:nan|-?inf)\b|Loss is (?:NaN|nan|Inf|inf)|"
         r"found NaN in|Unexpected result nan|non-finite (?:loss|gradient|value)|[Ll]oss became (?:NaN|nan|inf|Inf)|"
-        r"returned nan values|= (?:nan|-?inf) is not finite|loss scale already at minimum|[Mm]inimum loss scale reached)",
+        r"returned nan values|= (?:nan|-?inf) is not finite|loss scale already at minimum|"
+        r"[Mm]inimum loss scale reached)",
         (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite",
          "became", "returned nan", "not finite", "at minimum", "scale reached"),
         False, "loss or gradients became NaN/Inf",
