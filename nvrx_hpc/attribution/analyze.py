@@ -42,7 +42,7 @@ from nvrx_hpc.attribution.prompts import place_by_prompts, read_prompts
 from nvrx_hpc.attribution.resources import DiskRow
 from nvrx_hpc.attribution.scanner import Scanner
 from nvrx_hpc.attribution.spawn_ranks import spawn_ranks
-from nvrx_hpc.attribution.srun_cancel import hang_before_limit, hung_cancels, own_cancels
+from nvrx_hpc.attribution.srun_cancel import hang_before_limit, hung_cancels, other_jobs_ends, own_cancels
 from nvrx_hpc.attribution.verdict import Findings, decide
 from nvrx_hpc.core.errors import AttributionError
 
@@ -219,7 +219,7 @@ def analyze(
     hits = name_victims(drop_recovered(traceback_ranks(hits, headers=("ray_task_error",))))
     hits = quiet_terminated(aborts_after_exceptions(crash_exits(hits)))
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked
-    hits = hang_before_limit(hung_cancels(own_cancels(hits)))
+    hits = hang_before_limit(hung_cancels(own_cancels(other_jobs_ends(hits))))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     dumps = files.fr_dumps if since is None else [p for p in files.fr_dumps if _mtime(p) >= since]

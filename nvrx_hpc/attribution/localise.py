@@ -27,7 +27,7 @@ from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 from nvrx_hpc.slurm.hostlist import HostlistError, expand
 
 __all__ = ["node_of_file", "traceback_ranks", "sample_file", "FileSample", "align_years", "enrich", "drop_recovered",
-           "name_oom_victims", "name_victims", "rank_nodes", "known_ranks", "hang_suspects"]
+           "name_oom_victims", "name_victims", "rank_nodes", "known_ranks", "hang_suspects", "SUSPECT_WHY"]
 
 _KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "messages")
 _EXTENSIONS = (".gz", ".log", ".txt", ".out", ".err")
@@ -93,20 +93,29 @@ def _strip_words(name: str) -> str:
     for ext in _EXTENSIONS:
         name = name.removesuffix(ext)
     strip = {*_KERNEL_WORDS, "k"}
-    kept, seen = [], False
-    for token in re.split(r"[._]", name):  # '-' stays: host names hold it
-        sub = token.split("-")
-        here = False  # a kernel word in this token: a one-letter word beside it is its flag (`dmesg-T`)
-        while sub and (sub[0].lower() in strip or (here and _FLAG.match(sub[0]))):
-            here = here or sub[0].lower() in _KERNEL_WORDS
-            seen = seen or sub[0].lower() != "k"
-            sub.pop(0)
-        while sub and sub[-1].lower() in strip:
-            seen = seen or sub[-1].lower() != "k"
-            sub.pop()
-        if sub:
-            kept.append("-".join(sub))
-    return ".".join(kept) if seen else ""
+    words: list[list[str]] = []  # per '_'-separated word (no host name holds '_'), its kept '.'-parts
+    seen = False
+    for word in name.split("_"):
+        kept = []
+        for token in word.split("."):  # '-' stays: host names hold it
+            sub = token.split("-")
+            here = False  # a kernel word in this token: a one-letter word beside it is its flag (`dmesg-T`)
+            while sub and (sub[0].lower() in strip or (here and _FLAG.match(sub[0]))):
+                here = here or sub[0].lower() in _KERNEL_WORDS
+                seen = seen or sub[0].lower() != "k"
+                sub.pop(0)
+            while sub and sub[-1].lower() in strip:
+                seen = seen or sub[-1].lower() != "k"
+                sub.pop()
+            if sub:
+                kept.append("-".join(sub))
+        if kept:
+            words.append(kept)
+    if not seen or not words:
+        return ""
+    # `nvidia-smi_dmesg_gpu-n061.txt`: several words besides the kernel one; a host name has a digit
+    numbered = [w for w in words if any(c.isdigit() for c in "".join(w))]
+    return ".".join((numbered or words)[-1]) if len(words) > 1 else ".".join(words[0])
 
 
 def node_of_file(path: Path, root: Path | None = None) -> str | None:
@@ -392,6 +401,14 @@ def known_ranks(hits: Iterable[Hit], others: Iterable[int] = ()) -> set[int]:
     return set(range(size)) if size <= 100_000 else ranks
 
 
+SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
+    "missing": "; named because the others' stall reports list them as missing",
+    "behind": "; named because they never issued the collective the others wait on",
+    "silent": "; named because they report nothing while the others time out",
+    "none": "; every rank reports it, so the logs do not say who is late",
+}
+
+
 def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, ...], str]:
     """The ranks a hang waits on, judged from its victims' lines, and how they were found.
 
@@ -400,8 +417,12 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
        never issued it.
     2. Silent: when most of the job's ranks report a timeout (or sit in a collective in their stack
        dumps), the ranks that report nothing are the suspects (at most a third of the ranks).
-    Otherwise nobody: every rank reports, so the logs do not say who is late.
+    Otherwise nobody: every rank reports, so the logs do not say who is late. Before all: the ranks
+    Horovod's stall inspector lists as missing (`[missing ranks: 3, 6]`).
     """
+    missing = {int(r) for h in hits if h.fields.get("missing") for r in h.fields["missing"].split(", ")}
+    if missing:  # Horovod's stall inspector lists the ranks that never submitted the tensors
+        return tuple(sorted(missing)), "missing"
     victims = [h for h in hits if h.signature in VICTIM_SIGNATURES and h.rank is not None]
     progress = [(h.rank, int(h.fields["seq"]), int(h.fields["enqueued"])) for h in victims
                 if h.signature == "watchdog_progress" and h.fields.get("seq", "").isdigit()

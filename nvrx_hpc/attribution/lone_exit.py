@@ -1,4 +1,4 @@
-"""The rank an application error with no rank of its own came from (round 8).
+"""The rank an application error with no rank of its own came from (round 8), and ends alike on every node.
 
 A traceback printed without a rank prefix names nobody. When srun then reports one task that exited
 with a code of its own while every other task it lists was ended by a signal (`Aborted`, `Killed`:
@@ -7,9 +7,9 @@ the teardown after the others timed out waiting), that one task raised the error
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.api import Hit, Role
 
 
 def lone_exit_rank(hits: Sequence[Hit]) -> list[int]:
@@ -34,3 +34,14 @@ def exited_on_node(nodes: Sequence[str], hits: Sequence[Hit]) -> list[int]:
     ranks = {h.rank for h in hits if h.signature in _LAUNCHER_EXITS and h.node == nodes[0] and h.rank is not None
              and "tee_local" not in h.fields and h.fields.get("code", "1") not in ("0", "")}  # fmt: skip
     return sorted(ranks) if len(ranks) == 1 else []
+
+
+def every_node_alike(signature: str, hits: Sequence[Hit], rank_nodes: Mapping[int, str], job: Iterable[str]) -> bool:
+    """The root's signature ended (with one exit code) on at least two nodes and on every node the logs and
+    the job name: no node or rank stands out (srun's tasks may be launchers; round 26: NCCL's internal
+    error at the first barrier on each of four nodes)."""
+    ends = [h for h in hits if h.signature == signature and h.role is not Role.CONTEXT]
+    if len({h.fields.get("code") for h in ends}) != 1:  # -9 here, -6 there: unlike
+        return False
+    ended = {h.node or rank_nodes.get(h.rank) for h in ends} - {None}  # type: ignore[arg-type]
+    return len(ended) >= 2 and ended >= {h.node for h in hits if h.node} | set(job)

@@ -390,8 +390,10 @@ CATALOG: tuple[Signature, ...] = (
         # older Horovod lists the ranks that did submit: `[ready ranks: 29, 9, 19, ...]` (round 22), on the
         # warning's line or on a `Stalled ops:` line of its own (round 24b)
         r"(?:Horovod has been stalled for more than \d+ seconds|(?:submitted to be reduced, gathered or broadcasted "
-        r"by subset of ranks|Stalled ops: )(?:[^\n]*?\[ready ranks: (?P<ready>\d{1,6}(?:, \d{1,6})*)\])?)",
-        ("Horovod has been stalled", "by subset of ranks", "Stalled ops: "), True, "Horovod stalled waiting for ranks",
+        r"by subset of ranks|Stalled ops: )(?:[^\n]*?\[ready ranks: (?P<ready>\d{1,6}(?:, \d{1,6})*)\])?|"
+        r"\[missing ranks: (?P<missing>\d{1,6}(?:, \d{1,6})*)\])",  # or the ranks that did not (round 26)
+        ("Horovod has been stalled", "by subset of ranks", "Stalled ops: ", "[missing ranks: "), True,
+        "Horovod stalled waiting for ranks",
         ("[2024-03-11 20:17:18.727803: E horovod/common/stall_inspector.cc:130] Horovod has been stalled for more "
          "than 900 seconds. Will shutdown.",),
     ),

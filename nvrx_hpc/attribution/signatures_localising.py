@@ -117,6 +117,13 @@ LOCALISING: tuple[Signature, ...] = (
         ("pid",), None, "process {pid} of rank {rank}",
         ("| distributed init (rank 6): env://, gpu 2, pid 1843377", "[init] rank=12 local_rank=4 pid=88213"),
     ),
+    Signature(  # the same with the pid first (round 26: `Hostname h, pid 40212, rank 1 / size 4, local rank 1`)
+        "pid_rank_banner", _D, _CTX,
+        r"(?<![\w-])pid[ =:]\s*(?P<pid>\d+)[^\n]{0,120}?(?<![\w-])(?<!local )(?:global_|world_)?rank[ =:]\s*"
+        r"(?P<rank>\d{1,6})\b",
+        ("pid",), None, "process {pid} of rank {rank}",
+        ("Torch distributed initialized. Hostname gpu-n061, pid 40212, rank 1 / size 4, local rank 1 / local size 4.",),
+    ),
     Signature(
         "stack_in_collective", _D, _CTX, r"distributed_c10d\.py", ("distributed_c10d",), None,
         "a stack inside a collective", ("    all_reduce (torch/distributed/distributed_c10d.py:2501)",),

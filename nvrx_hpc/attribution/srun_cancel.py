@@ -12,6 +12,10 @@ A user's cancel after live stack dumps (py-spy's or gdb's `all_reduce (torch/dis
 frames) ended a job that hung in a collective: the stacks are the evidence of that hang, the cancel its
 end (round 13). So does a time limit or a preemption that comes after collective timeouts: the ranks had
 hung, and the watchdog had taken them down, before the scheduler ended the job (round 14).
+
+Logs of several jobs (a single-node smoke test beside the failed run, `slurm-7731488.out` and
+`slurm-7731502.out`): the scheduler's end of one job is not the failure of another. When every failure
+line lies in files of other jobs, that end is context (round 26).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Hit, Role
 
-__all__ = ["own_cancels", "hung_cancels", "hang_before_limit"]
+__all__ = ["own_cancels", "hung_cancels", "hang_before_limit", "other_jobs_ends"]
 
 
 _OWN_SIGNALS = ("Killed", "Segmentation fault", "Aborted", "Bus error")  # not `Terminated`: srun's own teardown
@@ -85,3 +89,28 @@ def hang_before_limit(hits: Sequence[Hit]) -> list[Hit]:
     if not ends or not timeouts or not all(any(_before(t, e) for t in timeouts) for e in ends):
         return list(hits)
     return [dataclasses.replace(h, role=Role.CONTEXT) if h.signature in _SCHEDULER_ENDS else h for h in hits]
+
+
+_SCHEDULER_LINES = ("slurm_cancelled", "slurm_time_limit", "slurm_preempted")
+_JOB_FILE = re.compile(r"slurm[-_](\d+)")
+
+
+def _file_job(source: str) -> str | None:
+    m = _JOB_FILE.search(source.rsplit("/", 1)[-1])
+    return m.group(1) if m else None
+
+
+def other_jobs_ends(hits: Sequence[Hit]) -> list[Hit]:
+    """Demote to context a scheduler's end of job J when every other cause line is in another job's file."""
+    ends = [h for h in hits if h.signature in _SCHEDULER_LINES and h.role is not Role.CONTEXT and h.fields.get("job")]
+    if not ends:
+        return list(hits)
+    failing = {_file_job(h.source) for h in hits
+               if h.role in (Role.ROOT, Role.WEAK) and h.signature not in _SCHEDULER_LINES}  # fmt: skip
+    if not failing or None in failing:
+        return list(hits)
+    other = {h.fields["job"].split(".")[0] for h in ends} - failing
+    if not other:
+        return list(hits)
+    return [dataclasses.replace(h, role=Role.CONTEXT) if h in ends and h.fields["job"].split(".")[0] in other else h
+            for h in hits]

@@ -34,9 +34,9 @@ from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.gpu_bus import ranks_on_buses
 from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import hit_ranks, ranks_of
-from nvrx_hpc.attribution.localise import hang_suspects, known_ranks
+from nvrx_hpc.attribution.localise import SUSPECT_WHY, hang_suspects, known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
-from nvrx_hpc.attribution.lone_exit import exited_on_node, lone_exit_rank
+from nvrx_hpc.attribution.lone_exit import every_node_alike, exited_on_node, lone_exit_rank
 from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
 from nvrx_hpc.attribution.resources import DiskRow, judge
@@ -51,6 +51,7 @@ DEFAULT_RESTARTABLE = {
     Category.APPLICATION: False, Category.NUMERICAL: False, Category.FRAMEWORK_CRASH: True,
     Category.DISTRIBUTED_HANG: True, Category.UNKNOWN: True,
 }  # fmt: skip
+_ALIKE = {(Category.UNKNOWN, 1), (Category.FRAMEWORK_CRASH, 2)}  # a cascade's end, a framework's weak error
 _SLURM_STATES = {  # job state -> (category, strength, restartable, text)
     "TIMEOUT": (Category.SCHEDULER, 3, True, "Slurm ended the job at its time limit"),
     "PREEMPTED": (Category.SCHEDULER, 3, True, "Slurm preempted the job"),
@@ -315,9 +316,7 @@ def decide(f: Findings) -> Verdict:
         # Who prints a timeout or a peer error is waiting on someone else: name who they wait on.
         suspects, how = hang_suspects(f.hits, universe)
         ranks, nodes_from_co = list(suspects), False
-        found_by = {"behind": "; named because they never issued the collective the others wait on",
-                    "silent": "; named because they report nothing while the others time out",
-                    "none": "; every rank reports it, so the logs do not say who is late"}[how]  # fmt: skip
+        found_by = SUSPECT_WHY[how]
     elif root.strength == 1:
         # Only teardown lines (srun task exits, torchrun's summary, terminate): the failure is real,
         # its cause is not in these logs.
@@ -337,11 +336,10 @@ def decide(f: Findings) -> Verdict:
                           and h.signature == root.signature for r in ranks_of(h.fields.get("tasks", ""))}  # fmt: skip
     if root.kind == "log" and len(named) >= 2 and universe and named >= universe:
         ranks, nodes_from_co = [], False  # every rank failed the same way: the job's code or data, not one rank
-    if category is Category.UNKNOWN and root.kind == "log" and root.strength == 1:
-        ends = [h for h in f.hits if h.signature == root.signature and h.node and h.role is not Role.CONTEXT]
-        ended = {h.node for h in ends} if len({h.fields.get("code") for h in ends}) == 1 else set()  # -9, -6: unlike
-        if len(ended) >= 2 and ended >= {h.node for h in f.hits if h.node} | set(f.listed_nodes) | set(f.job_nodes):
-            ranks, nodes_from_co = [], False  # every node of the job ended alike (srun's tasks may be launchers)
+    if root.kind == "log" and (category, root.strength) in _ALIKE \
+            and every_node_alike(root.signature, f.hits, rank_nodes, {*f.listed_nodes, *f.job_nodes}):
+        ranks, nodes_from_co = [], False  # every node of the job ended alike: none stands out (still restartable:
+        # a framework's error on every node is as often another failure's echo as its own)
     if (category is Category.APPLICATION or root.signature == "disk_full") and root.kind == "log" and not ranks:
         ranks = lone_exit_rank(f.hits)  # an unranked traceback (or OSError): the one task that exited on its own
     if (category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) or root.signature == "linux_oom_kill") \
