@@ -91,7 +91,7 @@ def hang_before_limit(hits: Sequence[Hit]) -> list[Hit]:
     return [dataclasses.replace(h, role=Role.CONTEXT) if h.signature in _SCHEDULER_ENDS else h for h in hits]
 
 
-_SCHEDULER_LINES = ("slurm_cancelled", "slurm_time_limit", "slurm_preempted")
+_SCHEDULER_LINES = ("slurm_cancelled", *_SCHEDULER_ENDS)
 _JOB_FILE = re.compile(r"slurm[-_](\d+)")
 
 
