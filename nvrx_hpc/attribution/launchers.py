@@ -30,6 +30,7 @@ _MAPPING_ITEM = re.compile(r"'([^']+)': \[([\d, ]*)\]")
 _CRASH_CODES = {"-11", "-7", "-4", "139", "135", "132"}  # SIGSEGV, SIGBUS, SIGILL (negative or 128+N)
 _SRUN_TORCHRUN = re.compile(r"\bsrun\b[^\n]*\b(?:torchrun|torch\.distributed\.(?:run|launch))\b")
 _CRASH_WORDS = ("Segmentation fault", "Bus error")
+_TASK_ENDS = ("srun_task_exit", "slurm_oom_kill")  # srun's `host: task N: <how it ended>` lines
 
 
 def _int(value: str | None) -> int | None:
@@ -146,11 +147,12 @@ _RAY_TRAIN = re.compile(r"^\((?:RayTrainWorker|TorchTrainer) pid=\d+")
 
 
 def _one_task_a_node(hits: Sequence[Hit]) -> bool:
-    """srun's tasks 0..n-1 ended one on each of n hosts while torch names at least twice as many ranks as
-    tasks: each task was a node's launcher (round 20: `torchrun x4, nproc 8`, tasks 0-3, ranks up to 31)."""
+    """srun's tasks 0..n-1 ended one on each of n hosts (`Terminated`, `Out Of Memory`, ...) while torch names
+    at least twice as many ranks as tasks: each task was a node's launcher (round 20: `torchrun x4, nproc 8`,
+    tasks 0-3, ranks up to 31)."""
     task_hosts: dict[int, set[str]] = defaultdict(set)
     for h in hits:
-        if h.signature == "srun_task_exit" and h.node and h.fields.get("tasks", "").isdigit():
+        if h.signature in _TASK_ENDS and h.node and h.fields.get("tasks", "").isdigit():
             task_hosts[int(h.fields["tasks"])].add(h.node)
     n = len(task_hosts)
     if n < 2 or set(task_hosts) != set(range(n)) or any(len(hosts) != 1 for hosts in task_hosts.values()):
@@ -166,7 +168,7 @@ def _ds_per_node(hits: Sequence[Hit]) -> bool:
     """srun reported tasks of a job whose DeepSpeed launcher printed its `global_rank_mapping=`: that mapping is
     printed by `deepspeed.launcher.launch`, one per node, so srun's tasks were those launchers (round 21)."""
     return any(h.signature == "ds_rank_mapping" for h in hits) and any(
-        h.signature in ("srun_task_exit", "slurm_oom_kill") and "tasks" in h.fields for h in hits)
+        h.signature in _TASK_ENDS and "tasks" in h.fields for h in hits)
 
 
 def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:

@@ -405,6 +405,8 @@ SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
     "missing": "; named because the others' stall reports list them as missing",
     "behind": "; named because they never issued the collective the others wait on",
     "silent": "; named because they report nothing while the others time out",
+    "alone": "; named because it alone waited in the collective: the job's other ranks, heard from before, never "
+             "entered it",
     "none": "; every rank reports it, so the logs do not say who is late",
 }
 
@@ -417,6 +419,9 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
        never issued it.
     2. Silent: when most of the job's ranks report a timeout (or sit in a collective in their stack
        dumps), the ranks that report nothing are the suspects (at most a third of the ranks).
+    3. Alone: one rank of at least four reports the timeout and the others, whose lines the logs hold, report
+       nothing: only that rank entered the collective (a rank-0-only path's barrier, round 26), so it is where
+       the job's ranks went out of step.
     Otherwise nobody: every rank reports, so the logs do not say who is late. Before all: the ranks
     Horovod's stall inspector lists as missing (`[missing ranks: 3, 6]`).
     """
@@ -439,4 +444,7 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     silent = universe - reporting
     if len(reporting) >= 2 and silent and len(silent) <= max(1, len(universe) // 3):
         return tuple(sorted(silent)), "silent"
+    heard = {h.rank for h in hits if h.rank is not None} - reporting  # lines of their own, not only a world size
+    if len(reporting) == 1 and len(universe) >= 4 and len(heard) >= len(universe) // 2:
+        return tuple(reporting), "alone"
     return (), "none"

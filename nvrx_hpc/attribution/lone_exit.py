@@ -1,4 +1,5 @@
-"""The rank an application error with no rank of its own came from (round 8), and ends alike on every node.
+"""The rank an application error with no rank of its own came from (round 8), the ranks of a node whose every
+process raised it (round 26), and ends alike on every node.
 
 A traceback printed without a rank prefix names nobody. When srun then reports one task that exited
 with a code of its own while every other task it lists was ended by a signal (`Aborted`, `Killed`:
@@ -45,3 +46,19 @@ def every_node_alike(signature: str, hits: Sequence[Hit], rank_nodes: Mapping[in
         return False
     ended = {h.node or rank_nodes.get(h.rank) for h in ends} - {None}  # type: ignore[arg-type]
     return len(ended) >= 2 and ended >= {h.node for h in hits if h.node} | set(job)
+
+
+def every_rank_of_node(
+    signature: str, nodes: Sequence[str], hits: Sequence[Hit], rank_nodes: Mapping[int, str]
+) -> list[int]:
+    """All ranks of the one node where an error with no rank of its own was printed at least once per rank the
+    node ran (the rank map gives at least two) and nowhere else: each of its processes raised it, so all are the
+    culprit (round 26: eight `FileNotFoundError`s under one host's pdsh prefix, an index file missing on its
+    local disk). [] otherwise."""
+    if len(set(nodes)) != 1:
+        return []
+    lines = [h for h in hits if h.signature == signature and h.role is not Role.CONTEXT]
+    if any(h.rank is not None or h.node != nodes[0] for h in lines):
+        return []
+    ranks = sorted(r for r, n in rank_nodes.items() if n == nodes[0])
+    return ranks if 2 <= len(ranks) <= len(lines) else []

@@ -36,7 +36,7 @@ from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import hit_ranks, ranks_of
 from nvrx_hpc.attribution.localise import SUSPECT_WHY, hang_suspects, known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
-from nvrx_hpc.attribution.lone_exit import every_node_alike, exited_on_node, lone_exit_rank
+from nvrx_hpc.attribution.lone_exit import every_node_alike, every_rank_of_node, exited_on_node, lone_exit_rank
 from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
 from nvrx_hpc.attribution.resources import DiskRow, judge
@@ -344,7 +344,8 @@ def decide(f: Findings) -> Verdict:
         ranks = lone_exit_rank(f.hits)  # an unranked traceback (or OSError): the one task that exited on its own
     if (category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) or root.signature == "linux_oom_kill") \
             and root.kind == "log" and not ranks:
-        ranks = exited_on_node(sorted({n for c in co for n in c.nodes}), f.hits)  # the one rank seen to end there
+        on = sorted({n for c in co for n in c.nodes})  # the one rank seen to end there, or each rank raised it
+        ranks = exited_on_node(on, f.hits) or every_rank_of_node(root.signature, on, f.hits, rank_nodes)
     lost_too = root.category is Category.HOST and {n for c in causes if c.signature in _NODE_LOST for n in c.nodes}
     lost: set[str] = set()
     if not ranks and (root.signature in _NODE_LOST or (lost_too and set(root.nodes) == lost_too)):

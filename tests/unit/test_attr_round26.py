@@ -1,7 +1,10 @@
 """Rules from rounds 25 and 26 of blind cases, one small case each: fairseq's minimum loss scale on every
 rank is numerical; a kernel log whose file name holds a tool's name beside the host's; a start-up line
 that gives the pid before the rank; the scheduler's end of another job in the same directory; a framework's
-error on every node alike names no one; Horovod's `[missing ranks: ...]` names the ranks it lists."""
+error on every node alike names no one; Horovod's `[missing ranks: ...]` names the ranks it lists. Round 26a:
+srun's `Out Of Memory` task line counts among the tasks that show one launcher a node; an error raised by
+every process of one node names that node's ranks; a lone rank waiting in a collective the others, heard
+from before, never entered is named."""
 
 from __future__ import annotations
 
@@ -72,3 +75,40 @@ def test_horovods_missing_ranks_list_names_the_ranks_that_never_submitted(tmp_pa
             "[1,0]<stderr>:Model/HorovodAllreduce_gradients_dense_BiasAdd_grad_0 [missing ranks: 3, 6]"]
     v = analyze_run(write_run(tmp_path, {"train_hvd.log": out})).verdict
     assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (3, 6)
+
+
+def test_sruns_out_of_memory_task_under_torchrun_is_a_launcher_not_rank_1(tmp_path):
+    out = [f"[2025-03-18 23:03:3{r},0] torch.distributed.elastic.multiprocessing.api: [WARNING] Sending process "
+           f"21880{r} closing signal SIGTERM" for r in range(3)]
+    out += ["Root Cause (first observed failure):", "[0]:", "  time      : 2025-03-18_23:03:35",
+            "  host      : g-0412.ib.example", "  rank      : 6 (local_rank: 2)", "  exitcode  : -9 (pid: 218806)",
+            "  error_file: <N/A>", "  traceback : Signal 9 (SIGKILL) received by PID 218806",
+            "slurmstepd: error: Detected 1 oom_kill event in StepId=4410978.0. Some of the step tasks have been "
+            "OOM Killed.",
+            "srun: error: g-0412: task 1: Out Of Memory",
+            "slurmstepd: error: *** STEP 4410978.0 ON g-0409 CANCELLED AT 2025-03-18T23:03:38 ***",
+            "srun: error: g-0409: task 0: Terminated"]
+    v = analyze_run(write_run(tmp_path, {"slurm-4410978.out": out})).verdict
+    assert v.category is Category.HOST
+    assert (v.culprit.ranks, v.culprit.nodes) == ((6,), ("g-0412",))
+
+
+def test_an_error_every_process_of_one_node_raised_names_that_nodes_ranks(tmp_path):
+    out = [f"{h}: [2023-06-14 09:31:07,803] [INFO] [launch.py:162:main] global_rank_mapping=defaultdict(<class "
+           "'list'>, {'trn-a01': [0, 1, 2, 3], 'trn-a02': [4, 5, 6, 7]})" for h in ("trn-a01", "trn-a02")]
+    out += ["trn-a02: FileNotFoundError: [Errno 2] No such file or directory: '/data/c/train_indexmap_doc_idx.npy'"] * 4
+    out += ["pdsh@trn-a01: trn-a02: ssh exited with exit code 1"]
+    v = analyze_run(write_run(tmp_path, {"train.log": out})).verdict
+    assert v.category is Category.APPLICATION
+    assert (v.culprit.ranks, v.culprit.nodes) == ((4, 5, 6, 7), ("trn-a02",))
+
+
+def test_one_rank_alone_in_a_collective_the_others_never_entered_is_named(tmp_path):
+    out = [f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8" for r in range(8)]
+    out += ["task map: 0-3 gpu-q03, 4-7 gpu-q06", "`Trainer.fit` stopped: `max_epochs=60` reached.",
+            "[rank0]:[E524 16:26:45.118802231 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=22118, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) "
+            "ran for 1800071 milliseconds before timing out.",
+            "srun: error: gpu-q03: task 0: Aborted (core dumped)"]
+    v = analyze_run(write_run(tmp_path, {"slurm-1190427.out": out})).verdict
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (0,)
