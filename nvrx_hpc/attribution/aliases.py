@@ -1,7 +1,9 @@
 """One name per node: Slurm's. A cloud node has three (`scontrol show node`: `NodeName=gpu-st-p5-3`,
 `NodeAddr=10.1.45.12`, `NodeHostName=ip-10-1-45-12`); NCCL's `host:pid:tid` prefix and the kernel print the
 host name, srun and the scheduler the node name. Every host a line names is reported under the node name
-an `scontrol show node` listing in the logs gives it (round 11), and the node address maps to it."""
+an `scontrol show node` listing in the logs gives it (round 11), and the node address maps to it. A cloud's
+instance listing (`gcloud compute instances list`, `kubectl get nodes -o wide`: a `NAME` column and an
+`INTERNAL_IP` or `INTERNAL-IP` one) pairs each instance's address with its name the same way (round 27)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,13 @@ __all__ = ["node_aliases", "apply_aliases"]
 _NODE = re.compile(rb"\bNodeName=([A-Za-z][\w.-]*)")
 _ADDR = re.compile(rb"\bNode(?:Addr|HostName)=([A-Za-z0-9][\w.:-]*)")
 _REACH = 600  # a node's record spans a few lines; the next `NodeName=` ends it
+_LISTING_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](INTERNAL[_-]IP)\b.*$")
+_IP = re.compile(rb"(?:\d{1,3}\.){3}\d{1,3}$")
 
 
 def node_aliases(data: bytes) -> dict[str, str]:
     """alias (host name or address) -> node name, from `scontrol show node` records in `data`."""
-    found: dict[str, str] = {}
+    found = _listed_addresses(data) if b"INTERNAL" in data else {}
     if b"NodeName=" not in data:
         return found
     starts = list(_NODE.finditer(data))
@@ -31,6 +35,21 @@ def node_aliases(data: bytes) -> dict[str, str]:
             alias = a.group(1).decode()
             if alias != node and alias != "(null)":
                 found.setdefault(alias, node)
+    return found
+
+
+def _listed_addresses(data: bytes) -> dict[str, str]:
+    """address -> instance name from the rows under an instance listing's header (columns are aligned: a row's
+    address starts where its header's `INTERNAL_IP` does; a blank line ends the table)."""
+    found: dict[str, str] = {}
+    for head in _LISTING_HEAD.finditer(data):
+        column = head.start(1) - head.start()
+        for row in data[head.end() + 1 :].split(b"\n", 64)[:64]:
+            if not row.strip():
+                break
+            fields, cell = row.split(), row[column:].split(b" ", 1)[0].strip()
+            if fields and _IP.match(cell) and row[column - 1 : column] in (b" ", b"\t"):
+                found.setdefault(cell.decode(), fields[0].decode())
     return found
 
 

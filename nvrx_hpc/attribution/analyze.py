@@ -27,6 +27,7 @@ from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminate
 from nvrx_hpc.attribution.file_hosts import place_by_file_host
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
 from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
+from nvrx_hpc.attribution.library_asserts import library_asserts
 from nvrx_hpc.attribution.lines import LineContext
 from nvrx_hpc.attribution.local_ranks import log_dir_ranks, mark_local_prefixes
 from nvrx_hpc.attribution.localise import (
@@ -217,7 +218,7 @@ def analyze(
     hits = global_cgroup_tasks(align_years(log_dir_ranks(mark_local_prefixes(hits)), dated))
     hits = enrich(traceback_ranks(place_by_exit_codes(spawn_ranks(hits))))
     hits = name_victims(drop_recovered(traceback_ranks(hits, headers=("ray_task_error",))))
-    hits = quiet_terminated(aborts_after_exceptions(crash_exits(hits)))
+    hits = quiet_terminated(aborts_after_exceptions(crash_exits(library_asserts(hits))))
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked
     hits = hang_before_limit(hung_cancels(own_cancels(other_jobs_ends(hits))))
     if since is not None:

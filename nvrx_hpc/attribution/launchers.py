@@ -26,6 +26,12 @@ from nvrx_hpc.attribution.local_ranks import file_local_maps, label_node_ranks
 __all__ = ["enrich", "name_victims", "name_oom_victims", "ds_mapping", "NOT_HOSTS"]
 
 NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
+_CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")  # docker's default hostname in a container: not a node (round 27)
+
+
+def is_host(name: str | None) -> bool:
+    """Whether a name a line gives as a host can be a node's."""
+    return bool(name) and name.lower() not in NOT_HOSTS and not _CONTAINER_ID.match(name)  # type: ignore[union-attr]
 _MAPPING_ITEM = re.compile(r"'([^']+)': \[([\d, ]*)\]")
 _CRASH_CODES = {"-11", "-7", "-4", "139", "135", "132"}  # SIGSEGV, SIGBUS, SIGILL (negative or 128+N)
 _SRUN_TORCHRUN = re.compile(r"\bsrun\b[^\n]*\b(?:torchrun|torch\.distributed\.(?:run|launch))\b")
@@ -65,7 +71,7 @@ def _boxes(hits: Sequence[Hit]) -> dict[tuple[str, int], _Box]:
         box = _Box(h.rank, _int(h.fields.get("local_rank")), label=srun_label(h))
         host = by_line.get((source, line - 1))
         if host is not None and host.signature == "elastic_box_host" and host.node:
-            box.host = host.node if host.node.lower() not in NOT_HOSTS else None
+            box.host = host.node if is_host(host.node) else None
         when = by_line.get((source, line - 2))
         if when is not None and when.signature == "elastic_box_time":
             box.time = parse_time(when.fields.get("at", "").replace("_", " "))
@@ -243,7 +249,7 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
     out = []
     for h in hits:
         rank, node, when = h.rank, h.node, h.time
-        if node and node.lower() in NOT_HOSTS:
+        if node and not is_host(node):
             node = None
         tee = _int(h.fields.get("tee_local"))
         if tee is not None and len(local_global.get((h.source, tee), ())) == 1:

@@ -45,7 +45,7 @@ _HOST_RANK = re.compile(rb"(?m)^([a-z][\w-]*[\d-][\w.-]*): \[rank(\d{1,6})\]:|"
 # global_rank=11`, `rank=6 local_rank=2 host=cn-207`, `distributed init (rank 6): ..., host gpu-m22`);
 # a node's or local rank (`node_rank=`, `local_rank=`) is not the rank. Each pattern starts with its
 # literal word (fast to find); `_banner_hosts` checks what stands before it.
-_BANNER_HOST = rb"host(?:name)?[ =:][ \t]*([A-Za-z][\w-]*[\d-][\w.-]*)"
+_BANNER_HOST = rb"[Hh]ost(?:name)?[ =:][ \t]*([A-Za-z][\w-]*[\d-][\w.-]*)"  # RETURNN: `Hostname h, pid 7, rank 3`
 _BANNER_RANK = rb"(?:global_|world_)?rank[ =:][ \t]*(\d{1,6})\b"
 _BANNERS = ((re.compile(rb"rank[ =:][ \t]*(\d{1,6})\b[^\n]{0,160}?(?<![\w-])" + _BANNER_HOST), 1, 2),
             (re.compile(_BANNER_HOST + rb"[^\n]{0,160}?(?<![\w-])" + _BANNER_RANK), 2, 1))
@@ -226,7 +226,7 @@ def _node_rank_hosts(data: bytes) -> list[tuple[int, str]]:
 def _banner_hosts(data: bytes) -> list[tuple[int, str]]:
     """(rank, host) of the start-up banners in `data` (see `_BANNERS`)."""
     found: list[tuple[int, str]] = []
-    if b"host" not in data:
+    if b"host" not in data and b"Host" not in data:
         return found
     for pattern, r, h in _BANNERS:
         pos = 0
@@ -423,9 +423,13 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
        nothing: only that rank entered the collective (a rank-0-only path's barrier, round 26), so it is where
        the job's ranks went out of step.
     Otherwise nobody: every rank reports, so the logs do not say who is late. Before all: the ranks
-    Horovod's stall inspector lists as missing (`[missing ranks: 3, 6]`).
+    Horovod's stall inspector lists as missing (`[missing ranks: 3, 6]`); when it lists every rank but one, that
+    one alone submitted the op (a rank-0-only branch's extra broadcast, round 27) and is named.
     """
-    missing = {int(r) for h in hits if h.fields.get("missing") for r in h.fields["missing"].split(", ")}
+    missing = {int(r) for h in hits for key in ("missing", "missing_op") if h.fields.get(key)
+               for r in h.fields[key].split(", ")}  # fmt: skip
+    if missing and len(universe) >= 3 and len(universe - missing) == 1:
+        return tuple(universe - missing), "alone"  # every rank but one missing: that one alone submitted them
     if missing:  # Horovod's stall inspector lists the ranks that never submitted the tensors
         return tuple(sorted(missing)), "missing"
     victims = [h for h in hits if h.signature in VICTIM_SIGNATURES and h.rank is not None]

@@ -205,9 +205,9 @@ CATALOG: tuple[Signature, ...] = (
         ("NODE FAILURE", "Node failure"), True, "Slurm reported a node failure",
         ("srun: error: Node failure on n3",),
     ),
-    Signature(  # Ray's GCS lost a node's raylet: the node crashed, hung or fell off the network
+    Signature(  # Ray's GCS lost a node's raylet: the node crashed, hung or fell off the network (Ray 1.x: `and ip:`)
         "ray_node_dead", _H, _ROOT,
-        r"The node with node id: \w+ and address: (?P<failed>[\w.:-]+)(?: and node name: \S+)? has been marked "
+        r"The node with node id: \w+ and (?:address|ip): (?P<failed>[\w.:-]+)(?: and node name: \S+)? has been marked "
         r"dead because the detector has missed too many heartbeats",
         ("has been marked dead",), True, "Ray lost a node (it missed too many heartbeats)",
         ("2024-04-11 15:10:16,464\tWARNING worker.py:2037 -- The node with node id: 5c7a1e0f and address: "
@@ -390,8 +390,9 @@ CATALOG: tuple[Signature, ...] = (
         # older Horovod lists the ranks that did submit: `[ready ranks: 29, 9, 19, ...]` (round 22), on the
         # warning's line or on a `Stalled ops:` line of its own (round 24b)
         r"(?:Horovod has been stalled for more than \d+ seconds|(?:submitted to be reduced, gathered or broadcasted "
-        r"by subset of ranks|Stalled ops: )(?:[^\n]*?\[ready ranks: (?P<ready>\d{1,6}(?:, \d{1,6})*)\])?|"
-        r"\[missing ranks: (?P<missing>\d{1,6}(?:, \d{1,6})*)\])",  # or the ranks that did not (round 26)
+        r"by subset of ranks|Stalled ops: )(?:[^\n]*?\[(?:ready ranks: (?P<ready>\d{1,6}(?:, \d{1,6})*)|missing ranks: "
+        r"(?P<missing_op>\d{1,6}(?:, \d{1,6})*))\])?|"  # or the ranks that did not, after `Stalled ops:` (round 27)
+        r"\[missing ranks: (?P<missing>\d{1,6}(?:, \d{1,6})*)\])",  # or on a line of their own (round 26)
         ("Horovod has been stalled", "by subset of ranks", "Stalled ops: ", "[missing ranks: "), True,
         "Horovod stalled waiting for ranks",
         ("[2024-03-11 20:17:18.727803: E horovod/common/stall_inspector.cc:130] Horovod has been stalled for more "

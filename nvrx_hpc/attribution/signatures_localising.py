@@ -144,6 +144,14 @@ LOCALISING: tuple[Signature, ...] = (
         ("-- Process",), None, "mp.spawn worker {local_rank} failed",
         ("-- Process 2 terminated with the following error:",),
     ),
+    Signature(  # a traceback frame inside an installed framework (library_asserts.py: whose assertion it is)
+        "library_frame", _F, _CTX,
+        r"File \"[^\"]*/(?:site|dist)-packages/(?P<pkg>torch|deepspeed|lightning|pytorch_lightning|lightning_fabric|"
+        r"transformers|accelerate|apex|transformer_engine|megatron|nemo|colossalai|fairscale|horovod|ray|vllm)/"
+        r"[^\"]*\", line \d+, in (?P<func>\w+)",
+        ("-packages/",), None, "a frame in {pkg}",
+        ('  File "/opt/venv/lib/python3.10/site-packages/torch/distributed/fsdp/_utils.py", line 148, in p_assert',),
+    ),
     Signature(
         "traceback_start", _A, _CTX, r"Traceback \(most recent call last\):", ("Traceback",), None,
         "Python traceback", ("Traceback (most recent call last):",),

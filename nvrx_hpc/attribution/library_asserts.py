@@ -1,0 +1,39 @@
+"""An `AssertionError` raised inside an installed framework is that framework's crash (round 27).
+
+A bare `assert` in torch, DeepSpeed or Lightning checks the library's own state: when it fails, the
+library is in a state its authors did not expect (FSDP's `p_assert` on a flat parameter's dtype). The
+user's code did not raise it. The frame that raised it is the traceback's last, one to three lines above
+the error line (its source line and `raise AssertionError(s)` between them). Ranks often print their
+tracebacks interleaved, so the first error line of a message whose raising frame is adjacent decides for
+every line of that message in the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from nvrx_hpc.attribution.api import Category, Hit, Role
+
+__all__ = ["library_asserts"]
+
+_REACH = 3  # the frame line, its source line, `raise AssertionError(...)`, then the error
+
+
+def _is_assert(h: Hit) -> bool:
+    return h.signature == "python_exception" and h.fields.get("exc") == "AssertionError" and h.role is Role.ROOT
+
+
+def library_asserts(hits: Sequence[Hit]) -> list[Hit]:
+    """`hits` with each application `AssertionError` raised in a framework's own frame made a framework crash."""
+    frames = {(h.source, h.line): h.fields.get("pkg", "") for h in hits if h.signature == "library_frame"}
+    if not frames:
+        return list(hits)
+    inside: set[tuple[str, str]] = set()
+    for h in hits:
+        if _is_assert(h) and any((h.source, h.line - d) in frames for d in range(1, _REACH + 1)):
+            inside.add((h.source, h.fields.get("msg", "")))
+    if not inside:
+        return list(hits)
+    return [dataclasses.replace(h, category=Category.FRAMEWORK_CRASH)
+            if _is_assert(h) and (h.source, h.fields.get("msg", "")) in inside else h for h in hits]
