@@ -23,10 +23,11 @@ _IP = re.compile(rb"(?:\d{1,3}\.){3}\d{1,3}$")
 
 
 def node_aliases(data: bytes) -> dict[str, str]:
-    """alias (host name or address) -> node name, from `scontrol show node` records in `data`."""
-    found = _listed_addresses(data) if b"INTERNAL" in data else {}
+    """alias (host name or address) -> node name, from `scontrol show node` records in `data`, then from
+    instance listings (an address Slurm names keeps Slurm's name)."""
+    found: dict[str, str] = {}
     if b"NodeName=" not in data:
-        return found
+        return _listed_addresses(data) if b"INTERNAL" in data else found
     starts = list(_NODE.finditer(data))
     for i, m in enumerate(starts):
         end = min(m.end() + _REACH, starts[i + 1].start() if i + 1 < len(starts) else len(data))
@@ -35,6 +36,9 @@ def node_aliases(data: bytes) -> dict[str, str]:
             alias = a.group(1).decode()
             if alias != node and alias != "(null)":
                 found.setdefault(alias, node)
+    if b"INTERNAL" in data:  # Slurm's own names first
+        for alias, node in _listed_addresses(data).items():
+            found.setdefault(alias, node)
     return found
 
 
@@ -43,11 +47,13 @@ def _listed_addresses(data: bytes) -> dict[str, str]:
     address starts where its header's `INTERNAL_IP` does; a blank line ends the table)."""
     found: dict[str, str] = {}
     for head in _LISTING_HEAD.finditer(data):
-        column = head.start(1) - head.start()
-        for row in data[head.end() + 1 :].split(b"\n", 64)[:64]:
+        column, pos = head.start(1) - head.start(), head.end() + 1
+        while pos < len(data):
+            end = data.find(b"\n", pos)
+            row, pos = data[pos : len(data) if end < 0 else end], len(data) if end < 0 else end + 1
             if not row.strip():
                 break
-            fields, cell = row.split(), row[column:].split(b" ", 1)[0].strip()
+            fields, cell = row.split(), (row[column:].split(None, 1) or [b""])[0]
             if fields and _IP.match(cell) and row[column - 1 : column] in (b" ", b"\t"):
                 found.setdefault(cell.decode(), fields[0].decode())
     return found

@@ -23,20 +23,22 @@ from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.lines import parse_time, ranks_of, srun_label
 from nvrx_hpc.attribution.local_ranks import file_local_maps, label_node_ranks
 
-__all__ = ["enrich", "name_victims", "name_oom_victims", "ds_mapping", "NOT_HOSTS"]
+__all__ = ["enrich", "name_victims", "name_oom_victims", "ds_mapping", "NOT_HOSTS", "is_host"]
 
 NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")  # docker's default hostname in a container: not a node (round 27)
-
-
-def is_host(name: str | None) -> bool:
-    """Whether a name a line gives as a host can be a node's."""
-    return bool(name) and name.lower() not in NOT_HOSTS and not _CONTAINER_ID.match(name)  # type: ignore[union-attr]
 _MAPPING_ITEM = re.compile(r"'([^']+)': \[([\d, ]*)\]")
 _CRASH_CODES = {"-11", "-7", "-4", "139", "135", "132"}  # SIGSEGV, SIGBUS, SIGILL (negative or 128+N)
 _SRUN_TORCHRUN = re.compile(r"\bsrun\b[^\n]*\b(?:torchrun|torch\.distributed\.(?:run|launch))\b")
 _CRASH_WORDS = ("Segmentation fault", "Bus error")
 _TASK_ENDS = ("srun_task_exit", "slurm_oom_kill")  # srun's `host: task N: <how it ended>` lines
+
+
+def is_host(name: str | None) -> bool:
+    """Whether a name a line gives as a host can be a node's."""
+    if not name:
+        return False
+    return name.lower() not in NOT_HOSTS and not _CONTAINER_ID.match(name)
 
 
 def _int(value: str | None) -> int | None:
@@ -165,7 +167,7 @@ def _one_task_a_node(hits: Sequence[Hit]) -> bool:
         return False
     if len({next(iter(hosts)) for hosts in task_hosts.values()}) != n:
         return False
-    torch_ranks = [h.rank for h in hits if h.rank is not None and h.signature != "srun_task_exit" and (
+    torch_ranks = [h.rank for h in hits if h.rank is not None and h.signature not in _TASK_ENDS and (
                    "spawn_rank" in h.fields or "srun_label" not in h.fields and "task_label" not in h.fields)]
     return bool(torch_ranks) and max(torch_ranks) + 1 >= 2 * n
 

@@ -5,12 +5,15 @@ library is in a state its authors did not expect (FSDP's `p_assert` on a flat pa
 user's code did not raise it. The frame that raised it is the traceback's last, one to three lines above
 the error line (its source line and `raise AssertionError(s)` between them). Ranks often print their
 tracebacks interleaved, so the first error line of a message whose raising frame is adjacent decides for
-every line of that message in the file.
+every line of that message in the file. A library's checks of what the user gave it are the user's error,
+not the library's state: frames in a configuration or argument module, a validation function or
+`torch.testing` (DeepSpeed's `Check batch related parameters` in `runtime/config.py`) stay the application's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Category, Hit, Role
@@ -18,6 +21,11 @@ from nvrx_hpc.attribution.api import Category, Hit, Role
 __all__ = ["library_asserts"]
 
 _REACH = 3  # the frame line, its source line, `raise AssertionError(...)`, then the error
+_USERS_INPUT = re.compile(r"config|argument|args|valid|testing|assert_close|check", re.IGNORECASE)
+
+
+def _checks_input(frame: Hit) -> bool:
+    return _USERS_INPUT.search(frame.fields.get("path", "") + " " + frame.fields.get("func", "")) is not None
 
 
 def _is_assert(h: Hit) -> bool:
@@ -26,7 +34,7 @@ def _is_assert(h: Hit) -> bool:
 
 def library_asserts(hits: Sequence[Hit]) -> list[Hit]:
     """`hits` with each application `AssertionError` raised in a framework's own frame made a framework crash."""
-    frames = {(h.source, h.line): h.fields.get("pkg", "") for h in hits if h.signature == "library_frame"}
+    frames = {(h.source, h.line) for h in hits if h.signature == "library_frame" and not _checks_input(h)}
     if not frames:
         return list(hits)
     inside: set[tuple[str, str]] = set()

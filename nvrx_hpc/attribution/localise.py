@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from nvrx_hpc.attribution.aliases import node_aliases
 from nvrx_hpc.attribution.api import Hit, Role
-from nvrx_hpc.attribution.launchers import NOT_HOSTS, ds_mapping, enrich, name_oom_victims, name_victims
+from nvrx_hpc.attribution.launchers import ds_mapping, enrich, is_host, name_oom_victims, name_victims
 from nvrx_hpc.attribution.lines import LEAD_STAMP, parse_time, ranks_of
 from nvrx_hpc.attribution.peers import sample_addresses
 from nvrx_hpc.attribution.rank_blocks import WORLD_KEYS, fill_blocks
@@ -32,7 +32,6 @@ __all__ = ["node_of_file", "traceback_ranks", "sample_file", "FileSample", "alig
 _KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "messages")
 _EXTENSIONS = (".gz", ".log", ".txt", ".out", ".err")
 _HOSTISH = re.compile(r"^[A-Za-z][\w.-]*$")
-_NOT_HOSTS = NOT_HOSTS
 _LEAD = LEAD_STAMP.encode()  # a collector's stamp before the runner prefix (lines.LEAD_STAMP)
 _PREFIX_RANKS = re.compile(rb"(?m)^(?:" + _LEAD + rb")?\s*(\d{1,6}): |^(?:" + _LEAD
                            + rb")?\[default(\d{1,6})\]:|^(?:" + _LEAD + rb")?\[\d+,(\d{1,6})\]<std")
@@ -128,7 +127,7 @@ def node_of_file(path: Path, root: Path | None = None) -> str | None:
     host = _strip_words(name)
     if not host and path.parent != root and path.parent.name:
         host = path.parent.name
-    if host and _HOSTISH.match(host) and host.lower() not in _NOT_HOSTS and host.lower() not in _KERNEL_WORDS:
+    if host and _HOSTISH.match(host) and is_host(host) and host.lower() not in _KERNEL_WORDS:
         return host
     return None
 
@@ -234,8 +233,9 @@ def _banner_hosts(data: bytes) -> list[tuple[int, str]]:
             at = m.start()
             if pattern is _BANNERS[0][0]:  # `rank` stands alone or as `global_rank`, `world_rank`
                 at = _WORD_BEFORE.search(data, max(0, at - 7), at).start()
-            if at == 0 or not (data[at - 1 : at].isalnum() or data[at - 1 : at] in b"_-"):
-                found.append((int(m.group(r)), m.group(h).decode().rstrip(".")))
+            host = m.group(h).decode().rstrip(".")
+            if (at == 0 or not (data[at - 1 : at].isalnum() or data[at - 1 : at] in b"_-")) and is_host(host):
+                found.append((int(m.group(r)), host))
                 pos = m.end()
             else:
                 pos = m.start() + 1
@@ -250,7 +250,7 @@ def _range_hosts(data: bytes) -> list[tuple[int, str]]:
     for m in _RANGE_BANNER.finditer(data):
         host = (m.group(1) or m.group(2)).decode().rstrip(".")
         lo, hi = int(m.group(3)), int(m.group(4))
-        if not _NOT_BANNER_HOSTS.match(host) and host.lower() not in _NOT_HOSTS and 0 <= hi - lo <= 1024:
+        if not _NOT_BANNER_HOSTS.match(host) and is_host(host) and 0 <= hi - lo <= 1024:
             found += [(r, host) for r in range(lo, hi + 1)]
     return found
 
@@ -281,7 +281,7 @@ def _mpi_hosts(data: bytes) -> list[tuple[int, str]]:
             stop = nodes[i + 1].start() if i + 1 < len(nodes) else len(data)
             end = _MPI_MAP_END.search(data, m.end(), stop)
             host = m.group(1).decode()
-            if host.lower() not in _NOT_HOSTS:
+            if is_host(host):
                 found += [(int(r), host) for r in _MPI_PROC.findall(data, m.end(), end.start() if end else stop)]
     if b"ank " in data and b"bound" in data:
         found += [(int(r), host.decode()) for host, r in _MPI_BINDING.findall(data)]
@@ -419,17 +419,20 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
        never issued it.
     2. Silent: when most of the job's ranks report a timeout (or sit in a collective in their stack
        dumps), the ranks that report nothing are the suspects (at most a third of the ranks).
-    3. Alone: one rank of at least four reports the timeout and the others, whose lines the logs hold, report
-       nothing: only that rank entered the collective (a rank-0-only path's barrier, round 26), so it is where
-       the job's ranks went out of step.
+    3. Alone: one rank of at least four reports the timeout, the others, whose lines the logs hold, report
+       nothing, and the launcher saw only that rank end: only it entered the collective (a rank-0-only path's
+       barrier, round 26), so it is where the job's ranks went out of step.
     Otherwise nobody: every rank reports, so the logs do not say who is late. Before all: the ranks
     Horovod's stall inspector lists as missing (`[missing ranks: 3, 6]`); when it lists every rank but one, that
     one alone submitted the op (a rank-0-only branch's extra broadcast, round 27) and is named.
     """
-    missing = {int(r) for h in hits for key in ("missing", "missing_op") if h.fields.get(key)
-               for r in h.fields[key].split(", ")}  # fmt: skip
-    if missing and len(universe) >= 3 and len(universe - missing) == 1:
-        return tuple(universe - missing), "alone"  # every rank but one missing: that one alone submitted them
+    listed = [{int(r) for r in h.fields[key].split(", ")} for h in hits for key in ("missing", "missing_op")
+              if h.fields.get(key)]  # fmt: skip
+    missing = set().union(*listed)
+    world = universe | missing
+    # every report lists the same ranks, all but one: that one alone submitted the ops
+    if listed and len(world) >= 3 and all(m == listed[0] for m in listed) and len(world - missing) == 1:
+        return tuple(world - missing), "alone"
     if missing:  # Horovod's stall inspector lists the ranks that never submitted the tensors
         return tuple(sorted(missing)), "missing"
     victims = [h for h in hits if h.signature in VICTIM_SIGNATURES and h.rank is not None]
@@ -448,7 +451,12 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     silent = universe - reporting
     if len(reporting) >= 2 and silent and len(silent) <= max(1, len(universe) // 3):
         return tuple(sorted(silent)), "silent"
+    # Alone: a rank's own watchdog (not Horovod's stall warning: rank 0 reports it for all), and the launcher
+    # saw that rank end and no other (the others had left: they were not torn down with it)
+    own = {h.rank for h in victims if h.signature != "horovod_stall"}
     heard = {h.rank for h in hits if h.rank is not None} - reporting  # lines of their own, not only a world size
-    if len(reporting) == 1 and len(universe) >= 4 and len(heard) >= len(universe) // 2:
+    ends = [h for h in hits if h.signature in ("srun_task_exit", "elastic_child_failed", "ds_launcher_exit")]
+    if len(reporting) == 1 and own == reporting and len(universe) >= 4 and len(heard) >= len(universe) // 2 \
+            and ends and {h.rank for h in ends} == reporting:
         return tuple(reporting), "alone"
     return (), "none"

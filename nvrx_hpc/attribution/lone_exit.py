@@ -49,15 +49,17 @@ def every_node_alike(signature: str, hits: Sequence[Hit], rank_nodes: Mapping[in
 
 
 def every_rank_of_node(
-    signature: str, nodes: Sequence[str], hits: Sequence[Hit], rank_nodes: Mapping[int, str]
+    root: tuple[str, int | None], nodes: Sequence[str], hits: Sequence[Hit], rank_nodes: Mapping[int, str]
 ) -> list[int]:
-    """All ranks of the one node where an error with no rank of its own was printed at least once per rank the
-    node ran (the rank map gives at least two) and nowhere else: each of its processes raised it, so all are the
-    culprit (round 26: eight `FileNotFoundError`s under one host's pdsh prefix, an index file missing on its
-    local disk). [] otherwise."""
-    if len(set(nodes)) != 1:
+    """All ranks of the one node where the root's error (the hit at `root`, a source and line), with no rank of
+    its own, was printed at least once per rank the rank map places there (at least two) and nowhere else:
+    each of its processes raised it, so all are the culprit (round 26: eight `FileNotFoundError`s under one
+    host's pdsh prefix, an index file missing on its local disk). Other errors do not count. [] otherwise."""
+    first = next((h for h in hits if (h.source, h.line) == root), None)
+    if first is None or len(set(nodes)) != 1:
         return []
-    lines = [h for h in hits if h.signature == signature and h.role is not Role.CONTEXT]
+    same = (first.signature, first.fields.get("exc"), first.fields.get("msg", first.text))
+    lines = [h for h in hits if (h.signature, h.fields.get("exc"), h.fields.get("msg", h.text)) == same]
     if any(h.rank is not None or h.node != nodes[0] for h in lines):
         return []
     ranks = sorted(r for r, n in rank_nodes.items() if n == nodes[0])

@@ -146,9 +146,10 @@ LOCALISING: tuple[Signature, ...] = (
     ),
     Signature(  # a traceback frame inside an installed framework (library_asserts.py: whose assertion it is)
         "library_frame", _F, _CTX,
-        r"File \"[^\"]*/(?:site|dist)-packages/(?P<pkg>torch|deepspeed|lightning|pytorch_lightning|lightning_fabric|"
-        r"transformers|accelerate|apex|transformer_engine|megatron|nemo|colossalai|fairscale|horovod|ray|vllm)/"
-        r"[^\"]*\", line \d+, in (?P<func>\w+)",
+        r"File \"(?P<path>[^\"]*/(?:site|dist)-packages/(?P<pkg>torch|deepspeed|lightning|pytorch_lightning|"
+        r"lightning_fabric|transformers|accelerate|apex|transformer_engine|megatron|nemo|colossalai|fairscale|horovod|"
+        r"ray|vllm)/"
+        r"[^\"]*)\", line \d+, in (?P<func>[^\s,]+)",
         ("-packages/",), None, "a frame in {pkg}",
         ('  File "/opt/venv/lib/python3.10/site-packages/torch/distributed/fsdp/_utils.py", line 148, in p_assert',),
     ),

@@ -345,7 +345,8 @@ def decide(f: Findings) -> Verdict:
     if (category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) or root.signature == "linux_oom_kill") \
             and root.kind == "log" and not ranks:
         on = sorted({n for c in co for n in c.nodes})  # the one rank seen to end there, or each rank raised it
-        ranks = exited_on_node(on, f.hits) or every_rank_of_node(root.signature, on, f.hits, rank_nodes)
+        at = (root.evidence.source, root.evidence.line)
+        ranks = exited_on_node(on, f.hits) or every_rank_of_node(at, on, f.hits, rank_nodes)
     lost_too = root.category is Category.HOST and {n for c in causes if c.signature in _NODE_LOST for n in c.nodes}
     lost: set[str] = set()
     if not ranks and (root.signature in _NODE_LOST or (lost_too and set(root.nodes) == lost_too)):

@@ -112,3 +112,31 @@ def test_one_rank_alone_in_a_collective_the_others_never_entered_is_named(tmp_pa
             "srun: error: gpu-q03: task 0: Aborted (core dumped)"]
     v = analyze_run(write_run(tmp_path, {"slurm-1190427.out": out})).verdict
     assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (0,)
+
+
+def test_a_lone_timeout_with_no_launcher_end_names_no_one(tmp_path):
+    # only rank 0's watchdog and everyone's start-up banners: the others may have been torn down before theirs fired
+    out = [f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8" for r in range(8)]
+    out += ["[rank0]:[E524 16:26:45.118802231 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=22118, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) "
+            "ran for 1800071 milliseconds before timing out."]
+    v = analyze_run(write_run(tmp_path, {"slurm-1190427.out": out})).verdict
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == ()
+
+
+def test_horovods_stall_warning_alone_does_not_name_the_coordinator(tmp_path):
+    out = [f"[1,{r}]<stdout>:hvd rank {r}/8 reading shard {r:02d}" for r in range(8)]
+    out += ["[1,0]<stderr>:WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by "
+            "subset of ranks and are waiting for remainder of ranks for more than 60 seconds.",
+            "srun: error: trn-h21: task 0: Killed"]
+    v = analyze_run(write_run(tmp_path, {"train_hvd.log": out})).verdict
+    assert 0 not in v.culprit.ranks
+
+
+def test_one_error_and_other_exceptions_on_a_node_name_no_rank(tmp_path):
+    out = [f"{h}: [2023-06-14 09:31:07,803] [INFO] [launch.py:162:main] global_rank_mapping=defaultdict(<class "
+           "'list'>, {'trn-a01': [0, 1, 2, 3], 'trn-a02': [4, 5, 6, 7]})" for h in ("trn-a01", "trn-a02")]
+    out += ["trn-a02: FileNotFoundError: [Errno 2] No such file or directory: '/data/c/train_indexmap_doc_idx.npy'"]
+    out += ["trn-a02: KeyError: 'doc_idx'"] * 3
+    v = analyze_run(write_run(tmp_path, {"train.log": out})).verdict
+    assert v.category is Category.APPLICATION and v.culprit.ranks == ()

@@ -85,3 +85,14 @@ def test_an_assertion_raised_in_a_frameworks_own_frame_is_a_framework_crash(tmp_
 def test_an_assertion_raised_in_the_users_code_stays_the_applications(tmp_path):
     v = analyze_run(write_run(tmp_path, {"slurm-1187702.out": _assert_traceback("/home/u/model/utils.py")})).verdict
     assert v.category is Category.APPLICATION
+
+
+def test_a_frameworks_check_of_the_users_configuration_stays_the_applications(tmp_path):
+    out = ["Traceback (most recent call last):",
+           '  File "/home/u/train.py", line 40, in <module>',
+           '  File "/venv/lib/python3.10/site-packages/deepspeed/runtime/config.py", line 899, in _batch_assertion',
+           "    assert train_batch == micro_batch * grad_acc * self.world_size, (",
+           "AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+           "gradient_acc_step * world_size 256 != 8 * 1 * 16"]
+    v = analyze_run(write_run(tmp_path, {"slurm-9.out": out})).verdict
+    assert v.category is Category.APPLICATION
