@@ -2,7 +2,10 @@
 NCCL's `comm ... rank 29 nranks 32 ... busId ab000 - Init COMPLETE` line names each rank's bus on its host.
 
 Bus ids repeat across hosts (every node has a GPU at `ab:00`), so a bus names a rank only together with the
-host of the Xid (round 11)."""
+host of the Xid (round 11). Without NCCL's lines, a rank's start-up line may name its bus itself (`[rank 5]
+host=h device=cuda:1 pci=0000:65:00.0`), or an `nvidia-smi` listing gives the bus's GPU index and the one rank
+of that host whose start-up line names `cuda:<index>` ran on it (round 27; a listing or rank line with no host
+of its own counts, but only one rank may match)."""
 
 from __future__ import annotations
 
@@ -42,4 +45,22 @@ def ranks_on_buses(gpus: Iterable[str], nodes: Sequence[str], hits: Sequence[Hit
         m = _COMM_RANK.search(h.text)
         if m and h.fields.get("world") == str(world) and _nccl_bus(h.fields["bus"]) in buses:
             found.add(int(m.group(1)))
-    return sorted(found)
+    return sorted(found) or _ranks_on_indexes(buses, nodes, hits)
+
+
+def _ranks_on_indexes(buses: set[int], nodes: Sequence[str], hits: Sequence[Hit]) -> list[int]:
+    """The one rank whose start-up line names the bus itself (`[rank 5] host=h device=cuda:1 pci=0000:65:00.0`), or
+    the one whose `cuda:` index nvidia-smi lists at the bus."""
+    short = {n.split(".")[0] for n in nodes}
+    direct = {int(h.fields["drank"]) for h in hits if h.signature == "rank_device" and h.fields.get("pbus")
+              and int(h.fields["pbus"], 16) in buses
+              and (h.fields.get("dhost") or h.node or "").split(".")[0] in short}  # fmt: skip
+    if len(direct) == 1:
+        return sorted(direct)
+    here = [h for h in hits if h.node in nodes or h.node is None]
+    indexes = {h.fields.get("index") or h.fields.get("index2") for h in here if h.signature == "gpu_index_bus"
+               and int(h.fields["bus"], 16) in buses}  # fmt: skip
+    if len(indexes) != 1:
+        return []
+    ranks = {int(h.fields["drank"]) for h in here if h.signature == "rank_device" and h.fields.get("device") in indexes}
+    return sorted(ranks) if len(ranks) == 1 else []

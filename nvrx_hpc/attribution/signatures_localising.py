@@ -144,6 +144,25 @@ LOCALISING: tuple[Signature, ...] = (
         ("-- Process",), None, "mp.spawn worker {local_rank} failed",
         ("-- Process 2 terminated with the following error:",),
     ),
+    Signature(  # a GPU's index and PCI bus in `nvidia-smi --query-gpu=index,pci.bus_id` or nvidia-smi's table
+        # (gpu_bus.py: the index of the GPU an Xid names by bus, round 27)
+        "gpu_index_bus", Category.GPU_HARDWARE, _CTX,
+        r"^(?:\|\s+(?P<index>\d{1,2})\s+[^|\n]*\|\s*|\s*(?P<index2>\d{1,2}), )0{4}(?:0{4})?:"
+        r"(?P<bus>[0-9A-Fa-f]{2}):[0-9A-Fa-f]{2}\.\d\b",
+        ("0000:",), None, "GPU {index}{index2} on bus {bus}",
+        ("1, 00000000:03:00.0, NVIDIA GeForce RTX 2080 Ti, 11264 MiB",
+         "|   1  NVIDIA A100-SXM4-80GB          On  | 00000000:07:00.0 Off |                    0 |"),
+    ),
+    Signature(  # a rank's start-up line that names its CUDA device (`rank 1/4, local_rank 1, ... device cuda:1`);
+        # `drank`, not `rank`: the line places nothing else (its rank may be a prefix's local one elsewhere)
+        "rank_device", _D, _CTX,
+        r"(?<![\w-])(?:global_)?rank[ =:]\s*(?P<drank>\d{1,6})\b(?:[^\n]{0,80}?\bhost(?:name)?[=:] ?"
+        r"(?P<dhost>[A-Za-z][\w.-]*))?[^\n]{0,160}?\bcuda:(?P<device>\d{1,2})\b"
+        r"(?:[^\n]{0,80}?\bpci(?:_bus_id)?[=:] ?(?:0{4}){1,2}:(?P<pbus>[0-9A-Fa-f]{2}):)?",
+        ("cuda:",), None, "rank {drank} on cuda:{device}",
+        ("torch.distributed: rank 1/4, local_rank 1, backend nccl (+gloo for cpu sync), device cuda:1",
+         "[rank 5] host=ailcm-ai2 device=cuda:1 pci=0000:65:00.0"),
+    ),
     Signature(  # a traceback frame inside an installed framework (library_asserts.py: whose assertion it is)
         "library_frame", _F, _CTX,
         r"File \"(?P<path>[^\"]*/(?:site|dist)-packages/(?P<pkg>torch|deepspeed|lightning|pytorch_lightning|"

@@ -2,7 +2,8 @@
 instance listing that names the address; Horovod's stall listing every rank but one as missing names that
 one (it alone submitted the op); RETURNN's `Hostname h, pid p, rank r` banner places its rank; a container's id
 in torchrun's failure box is not a node; an `AssertionError` raised in a framework's own frame is its crash, one
-raised in the user's code stays the application's."""
+raised in the user's code stays the application's; an Xid's bus names its rank through `nvidia-smi`'s index for
+that bus and the rank whose start-up line names that `cuda:` device."""
 
 from __future__ import annotations
 
@@ -96,3 +97,25 @@ def test_a_frameworks_check_of_the_users_configuration_stays_the_applications(tm
            "gradient_acc_step * world_size 256 != 8 * 1 * 16"]
     v = analyze_run(write_run(tmp_path, {"slurm-9.out": out})).verdict
     assert v.category is Category.APPLICATION
+
+
+def test_an_xids_bus_names_the_rank_on_the_gpu_nvidia_smi_lists_at_that_bus(tmp_path):
+    out = ["index, pci.bus_id, name, memory.total [MiB]"]
+    out += [f"{i}, 00000000:{bus}:00.0, NVIDIA GeForce RTX 2080 Ti, 11264 MiB" for i, bus in enumerate(("02", "03",
+                                                                                                           "82", "83"))]
+    out += [f"torch.distributed: rank {r}/4, local_rank {r}, backend nccl, device cuda:{r}" for r in (2, 0, 3, 1)]
+    dmesg = ["[Tue Jan  9 06:43:41 2024] NVRM: Xid (PCI:0000:03:00): 79, pid=21831, name=python3.11, GPU has fallen "
+             "off the bus."]
+    v = analyze_run(write_run(tmp_path, {"slurm-4418213.out": out, "dmesg-T-cn-317.txt": dmesg})).verdict
+    assert v.category is Category.GPU_HARDWARE
+    assert (v.culprit.ranks, v.culprit.nodes) == ((1,), ("cn-317",))
+
+
+def test_a_ranks_start_up_line_that_names_its_bus_places_the_xid_on_that_rank(tmp_path):
+    out = [f"[rank {r}] host=ailcm-ai{1 + r // 4} device=cuda:{r % 4} pci=0000:{('17', '65', 'ca', 'e3')[r % 4]}:00.0"
+           for r in range(8)]
+    syslog = ["Aug 26 15:58:16 ailcm-ai2 kernel: [89274.832736] NVRM: Xid (PCI:0000:65:00): 79, pid=0, GPU has fallen "
+              "off the bus."]
+    v = analyze_run(write_run(tmp_path, {"slurm-88213.out": out, "syslog-ailcm-ai2.txt": syslog})).verdict
+    assert v.category is Category.GPU_HARDWARE
+    assert (v.culprit.ranks, v.culprit.nodes) == ((5,), ("ailcm-ai2",))
