@@ -19,7 +19,7 @@ from nvrx_hpc.core.errors import ConfigError
 from nvrx_hpc.core.wire import new_token, save_token
 from nvrx_hpc.launcher.hub import AgentHub
 from nvrx_hpc.launcher.settings import InprocessRun, RunSettings
-from nvrx_hpc.launcher.standby_exec import python_command
+from nvrx_hpc.launcher.standby_exec import WarmGate, python_command
 
 TOKEN = new_token()
 
@@ -42,8 +42,10 @@ def test_a_python_script_or_module_command_can_wait_in_a_standby_step(command, k
     assert (found.script, found.module, found.args, found.flags) == kind
 
 
-@pytest.mark.parametrize("command", [["bash", "train.sh"], ["python", "-c", "print(1)"], ["python"],
-                                     ["python", "-m"], ["torchrun", "train.py"], []])
+@pytest.mark.parametrize(
+    "command",
+    [["bash", "train.sh"], ["python", "-c", "print(1)"], ["python"], ["python", "-m"], ["torchrun", "train.py"], []],
+)
 def test_other_commands_cannot(command):
     assert python_command(command) is None
 
@@ -68,14 +70,14 @@ async def _agent_and_hub(tmp_path):
     return hub, agent, task
 
 
-def _standby_task(tmp_path, local_id: int, out: str, restart: int = 1) -> subprocess.Popen:
+def _standby_task(tmp_path, local_id: int, out: str, restart: int = 1, **extra_env: str) -> subprocess.Popen:
     token = tmp_path / "token"
     if not token.exists():
         save_token(token, TOKEN)
     (tmp_path / "script.py").write_text(SCRIPT)
     env = {**os.environ, "NVRX_AGENT_SOCKET": str(tmp_path / "a.sock"), "NVRX_TOKEN_FILE": str(token),
            "SLURMD_NODENAME": "n1", "SLURM_LOCALID": str(local_id), "SLURM_PROCID": str(5 + local_id),
-           "NVRX_STANDBY_PRELOAD": "json"}  # fmt: skip
+           "NVRX_STANDBY_PRELOAD": "json", **extra_env}  # fmt: skip
     argv = [sys.executable, "-m", "nvrx_hpc.launcher.standby_exec", "--restart", str(restart), "--",
             sys.executable, str(tmp_path / "script.py"), str(tmp_path / out)]  # fmt: skip
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -97,8 +99,12 @@ def test_waiting_tasks_become_ranks_at_the_go_with_their_output_labelled(tmp_pat
         hub, agent, task = await _agent_and_hub(tmp_path)
         tasks = [_standby_task(tmp_path, i, f"out{i}.json") for i in (0, 1)]
         await _until(lambda: hub.agents["n1"].standby.get("1") == 2)
-        hub.broadcast(m.StandbyGo, restart=1, ranks_on=("n0", "n1"),
-                      env={"MASTER_PORT": "4242", "NVRX_RESTART_COUNT": "1", "LOCAL_WORLD_SIZE": "2"})
+        hub.broadcast(
+            m.StandbyGo,
+            restart=1,
+            ranks_on=("n0", "n1"),
+            env={"MASTER_PORT": "4242", "NVRX_RESTART_COUNT": "1", "LOCAL_WORLD_SIZE": "2"},
+        )
         await _until(lambda: all(t.poll() is not None for t in tasks))
         hub.broadcast(m.Shutdown)
         await asyncio.wait_for(task, 5)
@@ -114,8 +120,15 @@ def test_waiting_tasks_become_ranks_at_the_go_with_their_output_labelled(tmp_pat
         seen = json.loads((tmp_path / f"out{local}.json").read_text())
         assert seen["name"] == "__main__"
         assert seen["argv"] == [str(tmp_path / "script.py"), str(tmp_path / f"out{local}.json")]
-        assert seen["env"] == {"RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": "4", "NODE_RANK": "1",
-                               "SLURM_PROCID": str(rank), "MASTER_PORT": "4242", "NVRX_RESTART_COUNT": "1"}
+        assert seen["env"] == {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local),
+            "WORLD_SIZE": "4",
+            "NODE_RANK": "1",
+            "SLURM_PROCID": str(rank),
+            "MASTER_PORT": "4242",
+            "NVRX_RESTART_COUNT": "1",
+        }
 
 
 def test_a_task_late_for_its_go_gets_it_at_once_and_one_left_behind_or_not_needed_exits(tmp_path):
@@ -148,3 +161,74 @@ def test_a_task_with_no_agent_to_wait_with_fails_its_step(tmp_path):
     done = _standby_task(tmp_path, 0, "none.json")
     assert done.wait(30) == 3
     assert b"cannot wait with the agent" in done.stdout.read()
+
+
+def test_imports_wait_while_every_cpu_is_busy_and_start_once_one_is_idle():
+    """The gate samples the CPUs this process may run on: with a busy loop on each it stays shut, and it
+    opens within a few ticks of the loops ending."""
+    cpus = sorted(os.sched_getaffinity(0))
+    spin = "import os, time\nos.sched_setaffinity(0, {%d})\nend = time.time() + 30\nwhile time.time() < end: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin % cpu]) for cpu in cpus]
+    try:
+        time.sleep(0.3)  # the loops are running
+        gate = WarmGate(1.0, cpus)
+        for _ in range(8):
+            time.sleep(0.15)
+            assert not gate.tick(), "opened while every CPU was busy"
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    time.sleep(0.15)
+    gate.tick()
+    opened = False
+    for _ in range(20):
+        time.sleep(0.15)
+        if gate.tick():
+            opened = True
+            break
+    assert opened, "stayed shut on idle CPUs"
+
+
+def test_a_go_that_comes_while_the_imports_wait_for_room_ends_the_wait(tmp_path):
+    """No CPU room ever (the threshold is above any machine's idle CPUs): the task still waits with its agent
+    at once, the launcher sees it. At the go, a task on a node the go leaves out exits 0 without importing;
+    a task on a node in the go imports then and runs the script as its rank."""
+
+    async def scenario():
+        hub, agent, task = await _agent_and_hub(tmp_path)
+        never = {"NVRX_STANDBY_WARM_IDLE_CPUS": "100000", "NVRX_STANDBY_PRELOAD": "nvrx_no_such_module"}
+        waiting = [_standby_task(tmp_path, 0, "idle.json", **never),
+                   _standby_task(tmp_path, 0, "needed.json", restart=2, **never)]  # fmt: skip
+        await _until(lambda: hub.agents["n1"].standby in ({"1": 1, "2": 1}, {"2": 1, "1": 1}))
+        await asyncio.sleep(0.5)
+        assert all(t.poll() is None for t in waiting)
+        hub.broadcast(m.StandbyGo, restart=1, ranks_on=("n0",), env={"LOCAL_WORLD_SIZE": "1"})
+        await _until(lambda: waiting[0].poll() is not None)
+        assert waiting[1].poll() is None
+        hub.broadcast(m.StandbyGo, restart=2, ranks_on=("n1",), env={"LOCAL_WORLD_SIZE": "1"})
+        await _until(lambda: waiting[1].poll() is not None)
+        hub.broadcast(m.Shutdown)
+        await asyncio.wait_for(task, 5)
+        await hub.close()
+        return [(t.returncode, t.stdout.read().decode()) for t in waiting]
+
+    (idle_code, idle_out), (needed_code, needed_out) = asyncio.run(scenario())
+    assert idle_code == 0 and "cannot preload" not in idle_out and not (tmp_path / "idle.json").exists()
+    assert needed_code == 0 and "cannot preload nvrx_no_such_module" in needed_out
+    assert json.loads((tmp_path / "needed.json").read_text())["env"]["RANK"] == "0"
+
+
+def test_a_warm_setting_that_is_not_a_number_fails_with_its_name(tmp_path):
+    async def scenario():
+        hub, agent, task = await _agent_and_hub(tmp_path)
+        bad = _standby_task(tmp_path, 0, "bad.json", NVRX_STANDBY_WARM_IDLE_CPUS="one")
+        await _until(lambda: bad.poll() is not None)
+        hub.broadcast(m.Shutdown)
+        await asyncio.wait_for(task, 5)
+        await hub.close()
+        return bad.returncode, bad.stdout.read().decode()
+
+    code, output = asyncio.run(scenario())
+    assert code == 3 and "NVRX_STANDBY_WARM_IDLE_CPUS must be a number, not 'one'" in output
+    assert "Traceback" not in output
