@@ -4,11 +4,10 @@
 (or `... -- PYTHON [FLAGS] -m MODULE ARGS...`).
 
 The launcher starts one such step on every node of the allocation while attempt N-1 trains
-(launcher/standby_step.py). Each task tells its node's agent that it waits for attempt N, then imports torch
-and the other modules of its preload list once the CPUs it may run on have room (WarmGate), and blocks. On a
-node whose training keeps every core busy, the imports wait for the time a fault leaves idle (a hang's
-detection, the stop) instead of slowing the training. At the go of attempt N it takes its rank from the go's
-node order and its local task number, labels its output with that rank (as `srun --label` labels a
+(launcher/standby_step.py). Each task tells its node's agent that it waits for attempt N, imports torch
+and the other modules of its preload list at idle priority where it can come back from it (idle_imports.py:
+the imports then take only CPU time the training leaves), and blocks. At the go of attempt N it takes its
+rank from the go's node order and its local task number, labels its output with that rank (as `srun --label` labels a
 training step's), and runs the script in this process, as `python SCRIPT` would: a restart no longer waits
 for every rank to import torch. A task whose node is not in the go exits 0; so does one whose agent goes
 away before any go (the job ended).
@@ -24,23 +23,15 @@ import select
 import signal
 import socket
 import sys
-import time
 from dataclasses import dataclass
 from typing import NoReturn
 
-import psutil
-
 from nvrx_hpc.core.templates import expand_percent
+from nvrx_hpc.launcher import idle_imports
 
-__all__ = ["PythonCommand", "python_command", "main", "DEFAULT_PRELOAD", "ENV_PRELOAD", "WarmGate"]
+__all__ = ["PythonCommand", "python_command", "main", "DEFAULT_PRELOAD", "ENV_PRELOAD"]
 
 ENV_PRELOAD = "NVRX_STANDBY_PRELOAD"  # comma-separated modules a standby task imports before it waits
-ENV_WARM_IDLE = "NVRX_STANDBY_WARM_IDLE_CPUS"  # idle CPUs the imports wait for; 0: import at once
-ENV_WARM_WAIT = "NVRX_STANDBY_WARM_WAIT_S"  # the longest they wait for them
-DEFAULT_WARM_IDLE = 1.0
-DEFAULT_WARM_WAIT_S = 300.0
-WARM_TICK_S = 0.15
-WARM_TICKS = 2  # consecutive ticks with room: one step's pause between two iterations is not an idle node
 # Ours and torch's: none reads the rank from the environment at import. A user's own modules are not imported
 # ahead: one that reads RANK at import would read the standby task's, not its rank's.
 DEFAULT_PRELOAD = ("torch", "torch.distributed", "nvrx_hpc.worker", "nvrx_hpc.ckpt")
@@ -91,44 +82,9 @@ def _preload(modules: list[str]) -> None:
             sys.stderr.write(f"nvrx-hpc standby: cannot preload {name}: {type(exc).__name__}: {exc}\n")
 
 
-class WarmGate:
-    """Whether the CPUs this task may run on have room for its imports: at least `idle_cpus` of them idle over
-    each of the last WARM_TICKS ticks. The imports are the same work wherever they run; run beside training
-    that keeps every core busy they slow its steps, run in the time a fault leaves idle they cost nothing."""
-
-    def __init__(self, idle_cpus: float, cpus: list[int] | None = None) -> None:
-        self.idle_cpus = idle_cpus
-        self.cpus = sorted(os.sched_getaffinity(0)) if cpus is None else cpus
-        self._last = self._idle_and_total()
-        self._roomy = 0
-
-    def _idle_and_total(self) -> tuple[float, float]:
-        times = psutil.cpu_times(percpu=True)
-        chosen = [times[c] for c in self.cpus if c < len(times)] or times
-        idle = sum(t.idle + getattr(t, "iowait", 0.0) for t in chosen)
-        return idle, sum(sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0) for t in chosen)
-
-    def tick(self) -> bool:
-        """Samples the CPUs since the last tick; True once the last WARM_TICKS ticks each had room."""
-        idle, total = self._idle_and_total()
-        (idle0, total0), self._last = self._last, (idle, total)
-        spent = total - total0
-        roomy = spent <= 0 or (idle - idle0) / spent * len(self.cpus) >= self.idle_cpus
-        self._roomy = self._roomy + 1 if roomy else 0
-        return self._roomy >= WARM_TICKS
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    try:
-        return float(raw) if raw else default
-    except ValueError:
-        _fail(f"{name} must be a number, not {raw[:40]!r}")
-
-
 class _AgentWait:
     """This task's link to its node's agent: connected and waiting for attempt `restart` before the imports,
-    so that a go arriving while they wait for room (or run) is kept, and a task not needed skips them."""
+    so that the launcher sees it at once and a task that a go already leaves out skips them."""
 
     def __init__(self, restart: int) -> None:
         from nvrx_hpc.core import messages as m
@@ -176,19 +132,6 @@ class _AgentWait:
 
     def close(self) -> None:
         self._sock.close()
-
-
-def _wait_for_room(agent: _AgentWait) -> None:
-    """Until the CPUs have room for the imports, the agent answers, or the longest wait has passed."""
-    idle_cpus = _env_float(ENV_WARM_IDLE, DEFAULT_WARM_IDLE)
-    if idle_cpus <= 0:
-        return
-    gate = WarmGate(idle_cpus)
-    deadline = time.monotonic() + _env_float(ENV_WARM_WAIT, DEFAULT_WARM_WAIT_S)
-    while time.monotonic() < deadline:
-        agent.poll(WARM_TICK_S)
-        if agent.answered or gate.tick():
-            return
 
 
 def _fail(why: str) -> NoReturn:
@@ -265,8 +208,12 @@ def main(argv: list[str]) -> None:
     target = python_command(command)
     if target is None:
         _fail(f"not a Python script or module command: {' '.join(command)[:200]!r}")
+    mode = os.environ.get(idle_imports.ENV, "").strip() or "auto"
+    if mode not in idle_imports.MODES:
+        _fail(f"{idle_imports.ENV} must be one of {', '.join(idle_imports.MODES)}, not {mode[:40]!r}")
     agent = _AgentWait(args.restart)
-    _wait_for_room(agent)
+    idle = mode == "auto" and idle_imports.lower()
+    agent.poll(0.0)
     if not agent.closed and (agent.go is None or _needed(agent.go)):
         preload = os.environ.get(ENV_PRELOAD)
         _preload([p.strip() for p in preload.split(",") if p.strip()] if preload is not None else list(DEFAULT_PRELOAD))
@@ -275,6 +222,11 @@ def main(argv: list[str]) -> None:
     rank = _become_rank(agent.go) if agent.go is not None else None
     if rank is None:
         sys.exit(0)
+    if idle:
+        try:
+            idle_imports.restore()  # a rank at idle priority would get only what the others leave
+        except OSError as exc:
+            _fail(f"cannot leave idle priority to train: {exc.strerror or exc}")
     sys.stdout.flush()
     sys.stderr.flush()
     _label_output(rank)

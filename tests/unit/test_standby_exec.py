@@ -19,7 +19,7 @@ from nvrx_hpc.core.errors import ConfigError
 from nvrx_hpc.core.wire import new_token, save_token
 from nvrx_hpc.launcher.hub import AgentHub
 from nvrx_hpc.launcher.settings import InprocessRun, RunSettings
-from nvrx_hpc.launcher.standby_exec import WarmGate, python_command
+from nvrx_hpc.launcher.standby_exec import python_command
 
 TOKEN = new_token()
 
@@ -163,72 +163,47 @@ def test_a_task_with_no_agent_to_wait_with_fails_its_step(tmp_path):
     assert b"cannot wait with the agent" in done.stdout.read()
 
 
-def test_imports_wait_while_every_cpu_is_busy_and_start_once_one_is_idle():
-    """The gate samples the CPUs this process may run on: with a busy loop on each it stays shut, and it
-    opens within a few ticks of the loops ending."""
-    cpus = sorted(os.sched_getaffinity(0))
-    spin = "import os, time\nos.sched_setaffinity(0, {%d})\nend = time.time() + 30\nwhile time.time() < end: pass"
-    spinners = [subprocess.Popen([sys.executable, "-c", spin % cpu]) for cpu in cpus]
-    try:
-        time.sleep(0.3)  # the loops are running
-        gate = WarmGate(1.0, cpus)
-        for _ in range(8):
-            time.sleep(0.15)
-            assert not gate.tick(), "opened while every CPU was busy"
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
-    time.sleep(0.15)
-    gate.tick()
-    opened = False
-    for _ in range(20):
-        time.sleep(0.15)
-        if gate.tick():
-            opened = True
-            break
-    assert opened, "stayed shut on idle CPUs"
+RECORD_POLICY = """
+import os, sys
+with open(os.environ["POLICY_LOG"], "a") as out:
+    out.write(f"{os.sched_getscheduler(0)}\\n")
+"""
 
 
-def test_a_go_that_comes_while_the_imports_wait_for_room_ends_the_wait(tmp_path):
-    """No CPU room ever (the threshold is above any machine's idle CPUs): the task still waits with its agent
-    at once, the launcher sees it. At the go, a task on a node the go leaves out exits 0 without importing;
-    a task on a node in the go imports then and runs the script as its rank."""
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="no SCHED_IDLE on this platform")
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_imports_run_at_idle_priority_and_the_rank_at_normal_priority(tmp_path, mode):
+    """A preloaded module and the script each note the scheduling policy they run under. With `auto`, where the
+    task can come back from SCHED_IDLE (root or CAP_SYS_NICE, as the tests run), the imports ran at idle
+    priority and the rank trains at normal priority; with `off` both ran at normal priority."""
+    (tmp_path / "policy_probe.py").write_text(RECORD_POLICY)
+    log = tmp_path / "policy.log"
 
     async def scenario():
         hub, agent, task = await _agent_and_hub(tmp_path)
-        never = {"NVRX_STANDBY_WARM_IDLE_CPUS": "100000", "NVRX_STANDBY_PRELOAD": "nvrx_no_such_module"}
-        waiting = [_standby_task(tmp_path, 0, "idle.json", **never),
-                   _standby_task(tmp_path, 0, "needed.json", restart=2, **never)]  # fmt: skip
-        await _until(lambda: hub.agents["n1"].standby in ({"1": 1, "2": 1}, {"2": 1, "1": 1}))
-        await asyncio.sleep(0.5)
-        assert all(t.poll() is None for t in waiting)
-        hub.broadcast(m.StandbyGo, restart=1, ranks_on=("n0",), env={"LOCAL_WORLD_SIZE": "1"})
-        await _until(lambda: waiting[0].poll() is not None)
-        assert waiting[1].poll() is None
-        hub.broadcast(m.StandbyGo, restart=2, ranks_on=("n1",), env={"LOCAL_WORLD_SIZE": "1"})
-        await _until(lambda: waiting[1].poll() is not None)
+        path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+        probe = _standby_task(tmp_path, 0, "unused", NVRX_STANDBY_PRELOAD="policy_probe", POLICY_LOG=str(log),
+                              PYTHONPATH=path, NVRX_STANDBY_IDLE_IMPORTS=mode)  # fmt: skip
+        (tmp_path / "script.py").write_text(RECORD_POLICY)  # what the rank runs at its go
+        await _until(lambda: log.exists() and len(log.read_text().split()) == 1)
+        hub.broadcast(m.StandbyGo, restart=1, ranks_on=("n1",), env={"LOCAL_WORLD_SIZE": "1"})
+        await _until(lambda: probe.poll() is not None)
         hub.broadcast(m.Shutdown)
         await asyncio.wait_for(task, 5)
         await hub.close()
-        return [(t.returncode, t.stdout.read().decode()) for t in waiting]
+        return probe.returncode, probe.stdout.read().decode()
 
-    (idle_code, idle_out), (needed_code, needed_out) = asyncio.run(scenario())
-    assert idle_code == 0 and "cannot preload" not in idle_out and not (tmp_path / "idle.json").exists()
-    assert needed_code == 0 and "cannot preload nvrx_no_such_module" in needed_out
-    assert json.loads((tmp_path / "needed.json").read_text())["env"]["RANK"] == "0"
-
-
-def test_a_warm_setting_that_is_not_a_number_fails_with_its_name(tmp_path):
-    async def scenario():
-        hub, agent, task = await _agent_and_hub(tmp_path)
-        bad = _standby_task(tmp_path, 0, "bad.json", NVRX_STANDBY_WARM_IDLE_CPUS="one")
-        await _until(lambda: bad.poll() is not None)
-        hub.broadcast(m.Shutdown)
-        await asyncio.wait_for(task, 5)
-        await hub.close()
-        return bad.returncode, bad.stdout.read().decode()
-
+    can_come_back = os.geteuid() == 0
     code, output = asyncio.run(scenario())
-    assert code == 3 and "NVRX_STANDBY_WARM_IDLE_CPUS must be a number, not 'one'" in output
+    assert code == 0, output
+    at_import, as_rank = (int(v) for v in log.read_text().split())
+    assert as_rank == os.SCHED_OTHER
+    assert at_import == (os.SCHED_IDLE if mode == "auto" and can_come_back else os.SCHED_OTHER)
+
+
+def test_an_unknown_idle_imports_mode_fails_with_its_name(tmp_path):
+    bad = _standby_task(tmp_path, 0, "bad.json", NVRX_STANDBY_IDLE_IMPORTS="sometimes")
+    assert bad.wait(30) == 3
+    output = bad.stdout.read().decode()
+    assert "NVRX_STANDBY_IDLE_IMPORTS must be one of auto, off, not 'sometimes'" in output
     assert "Traceback" not in output
