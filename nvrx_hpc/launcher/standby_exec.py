@@ -211,8 +211,8 @@ def main(argv: list[str]) -> None:
     mode = os.environ.get(idle_imports.ENV, "").strip() or "auto"
     if mode not in idle_imports.MODES:
         _fail(f"{idle_imports.ENV} must be one of {', '.join(idle_imports.MODES)}, not {mode[:40]!r}")
+    idle = mode == "auto" and idle_imports.lower()  # before the wire's imports too: they are a tenth of a second
     agent = _AgentWait(args.restart)
-    idle = mode == "auto" and idle_imports.lower()
     agent.poll(0.0)
     if not agent.closed and (agent.go is None or _needed(agent.go)):
         preload = os.environ.get(ENV_PRELOAD)
