@@ -19,6 +19,8 @@ _NODE = re.compile(rb"\bNodeName=([A-Za-z][\w.-]*)")
 _ADDR = re.compile(rb"\bNode(?:Addr|HostName)=([A-Za-z0-9][\w.:-]*)")
 _REACH = 600  # a node's record spans a few lines; the next `NodeName=` ends it
 _LISTING_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](INTERNAL[_-]IP)\b.*$")
+# `kubectl get pods -o wide`: a pod's address and the node it runs on (round 28)
+_POD_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](IP)[ \t]+(NODE)[ \t].*$")
 _IP = re.compile(rb"(?:\d{1,3}\.){3}\d{1,3}$")
 
 
@@ -27,7 +29,7 @@ def node_aliases(data: bytes) -> dict[str, str]:
     instance listings (an address Slurm names keeps Slurm's name)."""
     found: dict[str, str] = {}
     if b"NodeName=" not in data:
-        return _listed_addresses(data) if b"INTERNAL" in data else found
+        return _listed_addresses(data) if b"INTERNAL" in data or b" NODE " in data else found
     starts = list(_NODE.finditer(data))
     for i, m in enumerate(starts):
         end = min(m.end() + _REACH, starts[i + 1].start() if i + 1 < len(starts) else len(data))
@@ -36,7 +38,7 @@ def node_aliases(data: bytes) -> dict[str, str]:
             alias = a.group(1).decode()
             if alias != node and alias != "(null)":
                 found.setdefault(alias, node)
-    if b"INTERNAL" in data:  # Slurm's own names first
+    if b"INTERNAL" in data or b" NODE " in data:  # Slurm's own names first
         for alias, node in _listed_addresses(data).items():
             found.setdefault(alias, node)
     return found
@@ -44,18 +46,22 @@ def node_aliases(data: bytes) -> dict[str, str]:
 
 def _listed_addresses(data: bytes) -> dict[str, str]:
     """address -> instance name from the rows under an instance listing's header (columns are aligned: a row's
-    address starts where its header's `INTERNAL_IP` does; a blank line ends the table)."""
+    address starts where its header's `INTERNAL_IP` does; a blank line ends the table); in a pod listing, the
+    pod's address -> its `NODE` column."""
     found: dict[str, str] = {}
-    for head in _LISTING_HEAD.finditer(data):
+    heads = [(h, None) for h in _LISTING_HEAD.finditer(data)] + [(h, 2) for h in _POD_HEAD.finditer(data)]
+    for head, named_by in heads:
         column, pos = head.start(1) - head.start(), head.end() + 1
+        node_column = head.start(named_by) - head.start() if named_by else None
         while pos < len(data):
             end = data.find(b"\n", pos)
             row, pos = data[pos : len(data) if end < 0 else end], len(data) if end < 0 else end + 1
             if not row.strip():
                 break
             fields, cell = row.split(), (row[column:].split(None, 1) or [b""])[0]
-            if fields and _IP.match(cell) and row[column - 1 : column] in (b" ", b"\t"):
-                found.setdefault(cell.decode(), fields[0].decode())
+            name = fields[0] if fields and node_column is None else (row[node_column:].split(None, 1) or [b""])[0]
+            if fields and name and _IP.match(cell) and row[column - 1 : column] in (b" ", b"\t"):
+                found.setdefault(cell.decode(), name.decode())
     return found
 
 

@@ -39,6 +39,7 @@ from nvrx_hpc.attribution.localise import (
     sample_file,
     traceback_ranks,
 )
+from nvrx_hpc.attribution.output_blocks import block_ranks
 from nvrx_hpc.attribution.prompts import place_by_prompts, read_prompts
 from nvrx_hpc.attribution.resources import DiskRow
 from nvrx_hpc.attribution.scanner import Scanner
@@ -216,7 +217,7 @@ def analyze(
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
     hits = global_cgroup_tasks(align_years(log_dir_ranks(mark_local_prefixes(hits)), dated))
-    hits = enrich(traceback_ranks(place_by_exit_codes(spawn_ranks(hits))))
+    hits = enrich(traceback_ranks(place_by_exit_codes(spawn_ranks(block_ranks(hits)))))
     hits = name_victims(drop_recovered(traceback_ranks(hits, headers=("ray_task_error",))))
     hits = quiet_terminated(aborts_after_exceptions(crash_exits(library_asserts(hits))))
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked

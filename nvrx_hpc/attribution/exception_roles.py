@@ -28,9 +28,11 @@ _TRANSPORT_MESSAGE = re.compile(r"transport retry counter exceeded|RNR retry cou
 
 # Generic exceptions whose message says they follow a failure elsewhere (round 19): NCCL's watchdog aborted
 # the communicator, or torch.distributed.launch reporting its worker's exit (`Command '[..., '--local_rank=2',
-# ...]' returned non-zero exit status 1`), or horovodrun's summary of a worker's exit (round 24b).
+# ...]' returned non-zero exit status 1`), or horovodrun's summary of a worker's exit (round 24b), or an error
+# that sends the reader to another rank (Composer's followers: `Please check local rank 0 for more ...`, round 28).
 _AFTERMATH_MESSAGE = re.compile(r"^NCCL communicator was aborted\.?\s*$|'--local[-_]rank=\d+'.*returned non-zero|"
-                                r"^Horovod detected that one or more processes exited")
+                                r"^Horovod detected that one or more processes exited|"
+                                r"[Pp]lease check (?:local |global )?rank \d+ for")
 
 
 def exception_role(name: str, role: Role, category: Category, message: str = "") -> tuple[Role, Category]:

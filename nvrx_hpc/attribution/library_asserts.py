@@ -8,6 +8,8 @@ tracebacks interleaved, so the first error line of a message whose raising frame
 every line of that message in the file. A library's checks of what the user gave it are the user's error,
 not the library's state: frames in a configuration or argument module, a validation function or
 `torch.testing` (DeepSpeed's `Check batch related parameters` in `runtime/config.py`) stay the application's.
+rich's boxed tracebacks put each frame's source lines in the box under its header (`│ path.py:242 in f`): the
+last header above the error, within a box's height, is the frame that raised it (round 28, ColossalAI).
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import re
 from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Category, Hit, Role
+from nvrx_hpc.attribution.signatures_localising import FRAMEWORK_PACKAGES
 
 __all__ = ["library_asserts"]
 
 _REACH = 3  # the frame line, its source line, `raise AssertionError(...)`, then the error
+_RICH_REACH = 16  # a rich frame's header, its context lines (7 by default), the box's end, then the error
+_LIBRARY_PATH = re.compile(r"/(?:site|dist)-packages/(?:" + FRAMEWORK_PACKAGES + r")/")
 _USERS_INPUT = re.compile(r"config|argument|args|valid|testing|assert_close|check", re.IGNORECASE)
 
 
@@ -32,14 +37,25 @@ def _is_assert(h: Hit) -> bool:
     return h.signature == "python_exception" and h.fields.get("exc") == "AssertionError" and h.role is Role.ROOT
 
 
+def _rich_library_frame(error: Hit, rich: dict[tuple[str, int], Hit]) -> bool:
+    """Whether the last rich frame header above `error` (within a box's height) is a framework's own."""
+    for d in range(1, _RICH_REACH + 1):
+        frame = rich.get((error.source, error.line - d))
+        if frame is not None:
+            return _LIBRARY_PATH.search(frame.fields.get("path", "")) is not None and not _checks_input(frame)
+    return False
+
+
 def library_asserts(hits: Sequence[Hit]) -> list[Hit]:
     """`hits` with each application `AssertionError` raised in a framework's own frame made a framework crash."""
     frames = {(h.source, h.line) for h in hits if h.signature == "library_frame" and not _checks_input(h)}
-    if not frames:
+    rich = {(h.source, h.line): h for h in hits if h.signature == "rich_frame"}
+    if not frames and not rich:
         return list(hits)
     inside: set[tuple[str, str]] = set()
     for h in hits:
-        if _is_assert(h) and any((h.source, h.line - d) in frames for d in range(1, _REACH + 1)):
+        if _is_assert(h) and (any((h.source, h.line - d) in frames for d in range(1, _REACH + 1))
+                              or _rich_library_frame(h, rich)):
             inside.add((h.source, h.fields.get("msg", "")))
     if not inside:
         return list(hits)

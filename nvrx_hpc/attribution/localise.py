@@ -54,6 +54,10 @@ _BANNERS = ((re.compile(rb"rank[ =:][ \t]*(\d{1,6})\b[^\n]{0,160}?(?<![\w-])" + 
 _LEAD_HOST = rb"(?m)^(?:\[([A-Za-z][\w-]*[\d-][\w.-]*)\]|([a-z][\w-]*[\d-][\w.-]*):) "  # `[host] ` or `host: `
 _RANGE_BANNER = re.compile(_LEAD_HOST + rb"[^\n]{0,160}?"
                            rb"(?<![\w-])(?<!local )(?:global )?ranks? (\d{1,6})-(\d{1,6})\b")
+_ABORTED = re.compile(r"communicator was aborted")  # a rank's NCCL communicator torn down under it
+# Determined's trial logs: a container's agent, then each rank's lines under its container's short id
+_CONTAINER_AGENT = re.compile(rb"\(container ([0-9a-f]{8})[0-9a-f-]*\) on agent ([A-Za-z][\w.-]*)")
+_CONTAINER_RANK = re.compile(rb"(?m)^\[[^\]\n]{8,40}\] ([0-9a-f]{8}) \[rank=(\d{1,6})\] \|\|")
 # mpirun's `--display-map` table (`Data for node: n-31 ...`, then a `Process rank: 2` row per process) and
 # `--report-bindings` lines (`[n-31:4410] MCW rank 2 bound to ...`, Open MPI 5: `[n-31:4410] Rank 2 bound`):
 # with `--map-by node` the only rank -> host map a log may have (round 10).
@@ -178,7 +182,7 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
             hosts.setdefault(r, host)
         for m in _MPI_PREFIX_HOST.finditer(data):
             hosts.setdefault(int(m.group(1)), m.group(2).decode())
-        for r, host in _node_rank_hosts(data):
+        for r, host in [*_node_rank_hosts(data), *_container_hosts(data)]:
             hosts.setdefault(r, host)
         for m in _PREFIX_RANKS.finditer(data):
             found.add(int(next(g for g in m.groups() if g is not None)))
@@ -270,6 +274,16 @@ def _mpi_slot_hosts(data: bytes) -> list[tuple[int, str]]:
                 found.extend((r, host) for r in range(base, base + int(n)))
                 base += int(n)
     return found
+
+
+def _container_hosts(data: bytes) -> list[tuple[int, str]]:
+    """Determined's trial logs: `New trial runner in (container 3f9a71c2-...) on agent gpu-worker-03` names each
+    container's agent (its node), and every rank's line leads with its container's short id (`[ts] 3f9a71c2
+    [rank=5] || ...`), round 28."""
+    agents = {m.group(1): m.group(2).decode() for m in _CONTAINER_AGENT.finditer(data)}
+    if not agents:
+        return []
+    return [(int(m.group(2)), agents[m.group(1)]) for m in _CONTAINER_RANK.finditer(data) if m.group(1) in agents]
 
 
 def _mpi_hosts(data: bytes) -> list[tuple[int, str]]:
@@ -407,8 +421,26 @@ SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
     "silent": "; named because they report nothing while the others time out",
     "alone": "; named because it alone waited in the collective: the job's other ranks, heard from before, never "
              "entered it",
+    "mismatch": "; named because it timed out in another operation than every other rank at the same call",
     "none": "; every rank reports it, so the logs do not say who is late",
 }
+
+
+def _odd_operation(victims: Sequence[Hit]) -> int | None:
+    """The one rank whose timed-out operation differs from that of at least three others at the same seq."""
+    ops: dict[int, tuple[str, str]] = {}
+    for h in victims:
+        if h.signature == "watchdog_timeout" and h.fields.get("seq") and h.fields.get("op"):
+            ops.setdefault(h.rank, (h.fields["seq"], h.fields["op"]))
+    if len(ops) < 4 or len({seq for seq, _op in ops.values()}) != 1:
+        return None
+    counts: dict[str, list[int]] = {}
+    for rank, (_seq, op) in ops.items():
+        counts.setdefault(op, []).append(rank)
+    if len(counts) != 2:
+        return None
+    lone = [ranks for ranks in counts.values() if len(ranks) == 1]
+    return lone[0][0] if len(lone) == 1 else None
 
 
 def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, ...], str]:
@@ -419,7 +451,9 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
        never issued it.
     2. Silent: when most of the job's ranks report a timeout (or sit in a collective in their stack
        dumps), the ranks that report nothing are the suspects (at most a third of the ranks).
-    3. Alone: one rank of at least four reports the timeout, the others, whose lines the logs hold, report
+    3. Mismatch: every reporter timed out at one sequence number, all but one in the same operation: that one's
+       code took another path (round 28).
+    4. Alone: one rank of at least four reports the timeout, the others, whose lines the logs hold, report
        nothing, and the launcher saw only that rank end: only it entered the collective (a rank-0-only path's
        barrier, round 26), so it is where the job's ranks went out of step.
     Otherwise nobody: every rank reports, so the logs do not say who is late. Before all: the ranks
@@ -447,7 +481,18 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
         reporters = {r for r, _s, _e in progress}
         if behind and behind != reporters:
             return tuple(sorted(behind)), "behind"
-    reporting = {h.rank for h in victims} | ready_ranks(hits)
+    # Every rank timed out in the same collective call (one sequence number), one of them in another operation
+    # than all the others: its code took another path there (rank 0 alone in a checkpoint's REDUCE while the
+    # rest gathered FSDP shards, round 28); the others wait on it.
+    odd = _odd_operation(victims)
+    if odd is not None:
+        return (odd,), "mismatch"
+    # A rank whose communicator was aborted under it (`NCCL communicator was aborted on rank 0`), with no
+    # timeout of its own, was not waiting when the others timed out: its traceback's collective frame is where
+    # the abort found it, later (a rank-0-only evaluation that outlasted the timeout, round 28).
+    aborted = {h.rank for h in hits if h.signature == "python_exception" and _ABORTED.search(h.fields.get("msg", ""))}
+    reporting = {h.rank for h in victims if h.signature != "stack_in_collective" or h.rank not in aborted}
+    reporting |= ready_ranks(hits)
     silent = universe - reporting
     if len(reporting) >= 2 and silent and len(silent) <= max(1, len(universe) // 3):
         return tuple(sorted(silent)), "silent"

@@ -69,6 +69,11 @@ _LOCAL = frozenset(
         "date",
     }
 )
+# Launchers that start only this host's ranks (one per node: `composer --node_rank 1 ...`, `torchrun`): what they
+# print comes from the prompt's host (round 28); not mpirun, deepspeed or srun, which start ranks elsewhere, nor a
+# bare `python script.py`, which may be a driver printing a whole cluster's lines (Ray's)
+_NODE_LAUNCHERS = frozenset({"torchrun", "composer", "accelerate"})
+_TORCH_RUN = re.compile(r"^python[\d.]*\s+-m\s+torch\.distributed\.(?:run|launch)\b")
 # what a command reads from these is the machine's own state, whatever the command
 _MACHINE_FILES = re.compile(r"(?:^|[\s<])/(?:proc|sys|var/log|dev/shm)/")
 _WRAPPERS = frozenset({"sudo", "time", "nice", "command", "env"})
@@ -96,10 +101,14 @@ def _command_host(prompt_host: str, command: str) -> str | None:
         return prompt_host
     while words and words[0] in _WRAPPERS:
         words.pop(0)
-    if not words or words[0].rsplit("/", 1)[-1] not in _LOCAL:
+    program = words[0].rsplit("/", 1)[-1] if words else ""
+    if _TORCH_RUN.match(" ".join([program, *words[1:]])):
+        program = "torchrun"
+    if program not in _LOCAL and program not in _NODE_LAUNCHERS:
         return None
-    if words[0] in {"cat", "grep", "egrep", "tail", "head", "less", "zgrep"} and _SHARED_FILE.search(command):
-        return None  # a job log on shared storage, read from wherever the user was logged in
+    if program in {"cat", "grep", "egrep", "tail", "head", "less", "zgrep", *_NODE_LAUNCHERS} \
+            and _SHARED_FILE.search(command):
+        return None  # a job log on shared storage, read (or parsed) from wherever the user was logged in
     return prompt_host
 
 

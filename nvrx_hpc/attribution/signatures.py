@@ -115,10 +115,12 @@ CATALOG: tuple[Signature, ...] = (
     Signature(  # the printer waited for a peer that stopped answering: a victim's line (EFA/OFI, libfabric)
         "net_peer_timeout", _N, _WEAK,
         r"(?:NET/OFI[^\n]*completed with error[^\n]*(?:RC: 110\b|Connection timed out)|"
-        r"retries exhausted waiting for peer)",
+        r"Call to recv from \S+ failed ?: Connection timed out|retries exhausted waiting for peer)",
         ("RC: 110", "Connection timed out", "retries exhausted"), True, "a network peer stopped answering",
         ("p5-1:7331:7339 [0] nccl_net_ofi_rdma.cpp:1318 NCCL WARN NET/OFI Request 0x7f1e completed with error. "
-         "RC: 110. Error: Connection timed out. Completed length: 0",),
+         "RC: 110. Error: Connection timed out. Completed length: 0",
+         "w-2:83:2526 [3] misc/socket.cc:503 NCCL WARN Net : Call to recv from 10.1.8.7<41468> failed : Connection "
+         "timed out"),
     ),
     Signature(
         "nccl_net_failure", _N, _ROOT,
@@ -213,6 +215,13 @@ CATALOG: tuple[Signature, ...] = (
         ("2024-04-11 15:10:16,464\tWARNING worker.py:2037 -- The node with node id: 5c7a1e0f and address: "
          "10.8.2.33 and node name: 10.8.2.33 has been marked dead because the detector has missed too many "
          "heartbeats from it.",),
+    ),
+    Signature(  # Determined's master lost an agent, the node it runs on (round 28); its id is the node's name
+        "determined_agent_lost", _H, _ROOT,
+        r"agent (?:crashed|did not reconnect within the reconnect period)[^\n]*?\bid=\"(?P<failed>[\w.-]+)\"",
+        ("agent crashed", "did not reconnect"), True, "Determined lost the agent of a node",
+        ('<error>   [2023-01-10, 01:17:38] agent crashed  address="10.30.4.16" error="agent closed with allocated '
+         'containers" id="gpu-worker-06" resource-pool="gpu-pool" system="master" type="agent"',),
     ),
     Signature(
         "disk_full", _H, _ROOT, r"(?:No space left on device|Disk quota exceeded)",

@@ -7,7 +7,11 @@ from __future__ import annotations
 from nvrx_hpc.attribution.api import Category, Role
 from nvrx_hpc.attribution.signature_record import Signature
 
-__all__ = ["LOCALISING"]
+__all__ = ["LOCALISING", "FRAMEWORK_PACKAGES"]
+
+# Installed frameworks whose own frames make an assertion theirs (library_asserts.py)
+FRAMEWORK_PACKAGES = (r"torch|deepspeed|lightning|pytorch_lightning|lightning_fabric|transformers|accelerate|apex|"
+                      r"transformer_engine|megatron|nemo|colossalai|fairscale|horovod|ray|vllm")
 
 _A, _F, _D = Category.APPLICATION, Category.FRAMEWORK_CRASH, Category.DISTRIBUTED_HANG
 _S = Category.SCHEDULER
@@ -165,12 +169,23 @@ LOCALISING: tuple[Signature, ...] = (
     ),
     Signature(  # a traceback frame inside an installed framework (library_asserts.py: whose assertion it is)
         "library_frame", _F, _CTX,
-        r"File \"(?P<path>[^\"]*/(?:site|dist)-packages/(?P<pkg>torch|deepspeed|lightning|pytorch_lightning|"
-        r"lightning_fabric|transformers|accelerate|apex|transformer_engine|megatron|nemo|colossalai|fairscale|horovod|"
-        r"ray|vllm)/"
+        r"File \"(?P<path>[^\"]*/(?:site|dist)-packages/(?P<pkg>" + FRAMEWORK_PACKAGES + r")/"
         r"[^\"]*)\", line \d+, in (?P<func>[^\s,]+)",
         ("-packages/",), None, "a frame in {pkg}",
         ('  File "/opt/venv/lib/python3.10/site-packages/torch/distributed/fsdp/_utils.py", line 148, in p_assert',),
+    ),
+    Signature(  # Composer's launcher: a rank's captured output between these (output_blocks.py, round 28)
+        "rank_output_block", _A, _CTX,
+        r"-{3,}(?P<edge>Begin|End) global rank (?P<block>\d{1,6}) (?:STDOUT|STDERR)-{3,}",
+        ("global rank",), None, "{edge} of rank {block}'s output",
+        ("----------Begin global rank 8 STDERR----------",),
+    ),
+    Signature(  # a frame's header in rich's boxed traceback (Lightning, HF, ColossalAI consoles), any file's:
+        # library_asserts.py takes the last one above an error as the frame that raised it (round 28)
+        "rich_frame", _A, _CTX,
+        r"│ (?P<path>\S+\.py):\d+(?: in (?P<func>\w+))?",
+        (".py:",), None, "a frame of {path}",
+        ("│ /opt/conda/lib/python3.8/site-packages/colossalai/gemini/chunk/chunk.py:242 in set_l2_norm       │",),
     ),
     Signature(
         "traceback_start", _A, _CTX, r"Traceback \(most recent call last\):", ("Traceback",), None,

@@ -29,6 +29,7 @@ from nvrx_hpc.attribution.api import (
     TimelineEvent,
     Verdict,
 )
+from nvrx_hpc.attribution.dcp_ranks import failed_ranks
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, fabric_wide
 from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.gpu_bus import ranks_on_buses
@@ -62,7 +63,10 @@ _SLURM_STATES = {  # job state -> (category, strength, restartable, text)
     "CANCELLED": (Category.SCHEDULER, 2, False, "the job was cancelled"),
 }
 # Causes that end a whole node: its ranks are the ones left when the others are placed elsewhere.
-_NODE_LOST = ("node_failure", "slurm.node_fail", "ray_node_dead")
+# Hangs whose suspects took another code path than the others (hang_suspects: another operation at the same call,
+# or the only rank to enter the collective): the program's own divergence, which a restart replays (round 28)
+_DIVERGED = ("mismatch", "alone")
+_NODE_LOST = ("node_failure", "slurm.node_fail", "ray_node_dead", "determined_agent_lost")
 _SIGNAL_CAUSE = {  # signal -> (category, strength, text)
     "SIGSEGV": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGSEGV"),
     "SIGBUS": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGBUS"),
@@ -253,6 +257,9 @@ def _specific(root: _Cause, causes: list[_Cause]) -> _Cause:
         return root
     near = [c for c in causes if c.kind == "log" and c.strength == 3 and c.signature != "python_exception"
             and c.category is not Category.DISTRIBUTED_HANG  # a stall report naming this rank: not its why
+            # a NaN beside a framework's own assertion is the state its overflow handling choked on (fp16 loss
+            # scaling skips such steps): the assertion is the failure (round 28, ColossalAI)
+            and not (c.category is Category.NUMERICAL and root.category is Category.FRAMEWORK_CRASH)
             and c.evidence.source == root.evidence.source and c.ranks == root.ranks
             and abs((c.evidence.line or 0) - (root.evidence.line or 0)) <= 30]  # fmt: skip
     return min(near, key=lambda c: abs((c.evidence.line or 0) - (root.evidence.line or 0))) if near else root
@@ -303,6 +310,7 @@ def decide(f: Findings) -> Verdict:
     co = [c for c in causes if c.key == root.key and c.strength == root.strength]
     ranks = sorted({r for c in co for r in c.ranks} | set(hit_ranks))
     nodes_from_co = True
+    diverged = False  # the ranks' code took different paths into the hang: a restart replays it
     category = root.category
     found_by = ""
     universe = known_ranks(f.hits, (*f.seen_ranks, *(r.rank for r in f.records), *(e.rank for e in f.events)))
@@ -317,6 +325,7 @@ def decide(f: Findings) -> Verdict:
         suspects, how = hang_suspects(f.hits, universe)
         ranks, nodes_from_co = list(suspects), False
         found_by = SUSPECT_WHY[how]
+        diverged = how in _DIVERGED
     elif root.strength == 1:
         # Only teardown lines (srun task exits, torchrun's summary, terminate): the failure is real,
         # its cause is not in these logs.
@@ -336,6 +345,9 @@ def decide(f: Findings) -> Verdict:
                           and h.signature == root.signature for r in ranks_of(h.fields.get("tasks", ""))}  # fmt: skip
     if root.kind == "log" and len(named) >= 2 and universe and named >= universe:
         ranks, nodes_from_co = [], False  # every rank failed the same way: the job's code or data, not one rank
+    listed = failed_ranks(root.evidence.text) if root.kind == "log" else []
+    if listed:
+        ranks, nodes_from_co = listed, False  # every rank raises a checkpoint's failure: those it lists failed
     if root.kind == "log" and (category, root.strength) in _ALIKE \
             and every_node_alike(root.signature, f.hits, rank_nodes, {*f.listed_nodes, *f.job_nodes}):
         ranks, nodes_from_co = [], False  # every node of the job ended alike: none stands out (still restartable:
@@ -394,6 +406,8 @@ def decide(f: Findings) -> Verdict:
         restartable = True
     elif resource is not None:
         restartable = resource.restartable
+    if diverged:
+        restartable = False
     corroborated = any(
         c.kind != root.kind and (set(c.ranks) & set(ranks) or set(c.nodes) & set(nodes)) for c in causes
     ) or (root.kind != "log" and any(c.kind == "log" and c.category is root.category for c in causes))
