@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from nvrx_hpc.attribution.api import Hit
 
-__all__ = ["node_aliases", "apply_aliases"]
+__all__ = ["node_aliases", "apply_aliases", "short_hosts"]
 
 _NODE = re.compile(rb"\bNodeName=([A-Za-z][\w.-]*)")
 _ADDR = re.compile(rb"\bNode(?:Addr|HostName)=([A-Za-z0-9][\w.:-]*)")
@@ -84,4 +84,22 @@ def apply_aliases(
     for h in hits:
         node = names.get(h.node or h.fields.get("ray_ip", ""), h.node)
         out.append(dataclasses.replace(h, node=node) if node != h.node else h)
+    return out
+
+
+def _short_host(name: str) -> str:
+    """`vg-h100-0b.cluster.internal` -> `vg-h100-0b`: one host shows up as its FQDN in one log and its short
+    name in another; the short name is the one Slurm knows (and excludes). Addresses stay whole."""
+    head, dot, _rest = name.partition(".")
+    return head if dot and head[:1].isalpha() else name
+
+
+def short_hosts(names: Sequence[str]) -> list[str]:
+    """Host names (or `host:gpu`) in their short form, each once, in order."""
+    out: list[str] = []
+    for n in names:
+        host, colon, rest = n.partition(":")
+        short = _short_host(host) + colon + rest
+        if short not in out:
+            out.append(short)
     return out

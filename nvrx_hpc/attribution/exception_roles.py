@@ -27,10 +27,15 @@ _TRANSPORT_MESSAGE = re.compile(r"transport retry counter exceeded|RNR retry cou
 
 
 # Generic exceptions whose message says they follow a failure elsewhere (round 19): NCCL's watchdog aborted
-# the communicator, or torch.distributed.launch reporting its worker's exit (`Command '[..., '--local_rank=2',
-# ...]' returned non-zero exit status 1`), or horovodrun's summary of a worker's exit (round 24b), or an error
-# that sends the reader to another rank (Composer's followers: `Please check local rank 0 for more ...`, round 28).
-_AFTERMATH_MESSAGE = re.compile(r"^NCCL communicator was aborted\.?\s*$|'--local[-_]rank=\d+'.*returned non-zero|"
+# the communicator (round 29: `... on rank 1.  Original reason for failure was: [Rank 1] Watchdog caught ...`),
+# torch.distributed.launch reporting its worker's exit (`Command '[..., '--local_rank=2', ...]' returned
+# non-zero exit status 1`), horovodrun's summary of a worker's exit (round 24b), an error that sends the reader
+# to another rank (Composer's followers: `Please check local rank 0 for more ...`, round 28), or a launcher's
+# subprocess that ran torchrun and saw it fail (Ultralytics' DDP: `Command '[..., 'torch.distributed.run', ...]'
+# returned non-zero exit status 1`, round 29).
+_AFTERMATH_MESSAGE = re.compile(r"^NCCL communicator was aborted(?:\.?\s*$| on rank \d+\.)|"
+                                r"'--local[-_]rank=\d+'.*returned non-zero|"
+                                r"'torch\.distributed\.(?:run|launch)'.*returned non-zero|"
                                 r"^Horovod detected that one or more processes exited|"
                                 r"[Pp]lease check (?:local |global )?rank \d+ for")
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from nvrx_hpc.attribution.api import Hit
 
-__all__ = ["ranks_on_buses"]
+__all__ = ["ranks_on_buses", "rank_on_device"]
 
 _PCI = re.compile(r"([0-9a-fA-F]{2}):[0-9a-fA-F]{2}(?:\.[0-7])?$")  # ...bus:device[.function] at the end
 
@@ -64,3 +64,16 @@ def _ranks_on_indexes(buses: set[int], nodes: Sequence[str], hits: Sequence[Hit]
         return []
     ranks = {int(h.fields["drank"]) for h in here if h.signature == "rank_device" and h.fields.get("device") in indexes}
     return sorted(ranks) if len(ranks) == 1 else []
+
+
+def rank_on_device(gpus: Sequence[str], rank_nodes: dict[int, str]) -> list[int]:
+    """The rank that ran on a node's `cuda:<index>` a CUDA error names (`node:5`), when the node's ranks are one
+    block of consecutive ranks and the index is above 0: a launcher that starts one process a GPU gives local
+    rank i the device i (DeepSpeed, torchrun); index 0 may be a process that sees only its own GPU (round 29)."""
+    if len(gpus) != 1 or ":" not in gpus[0]:
+        return []
+    node, _, index = gpus[0].rpartition(":")
+    on_node = sorted(r for r, n in rank_nodes.items() if n.split(".")[0] == node.split(".")[0])
+    if not index.isdigit() or not 0 < int(index) < len(on_node) or on_node[-1] - on_node[0] != len(on_node) - 1:
+        return []
+    return [on_node[int(index)]]

@@ -295,7 +295,8 @@ def name_victims(hits: Sequence[Hit]) -> list[Hit]:
       reports the task it SIGKILLed, `Killed`; exactly one such task on that host is the process.
     - Slurm's cgroup OOM on a host whose srun task was a launcher: exactly one rank that torchrun's box
       or DeepSpeed's launcher there reports ending by SIGKILL (round 13); the kernel's OOM kill too, when
-      srun reports no `Killed` task there (round 17).
+      srun reports no `Killed` task there (round 17). A batch step's cgroup OOM, which names no host: the one
+      rank of the whole job a launcher saw end by SIGKILL, and its host (mpirun's `exited on signal 9`).
     - A segfault, bus error or illegal instruction: exactly one rank on that host that srun
       (`Segmentation fault`, `Bus error`), DeepSpeed's launcher or torchrun's box reports ending by
       SIGSEGV, SIGBUS or SIGILL."""
@@ -321,8 +322,12 @@ def name_victims(hits: Sequence[Hit]) -> list[Hit]:
                 crashed[h.node].add(h.rank)
             elif h.fields.get("code") in ("-9", "137"):
                 sigkilled[h.node.split(".")[0]].add(h.rank)
+    # the job's only rank a launcher saw SIGKILLed, anywhere: a batch step's cgroup OOM names no host (round 29)
+    only = [(host, rank) for host, ranks in sigkilled.items() for rank in ranks]
     out = []
     for h in hits:
+        if h.rank is None and not h.node and h.signature == "slurm_oom_kill" and len(only) == 1:
+            h = dataclasses.replace(h, node=only[0][0], rank=only[0][1])
         if h.rank is None and h.node:
             if h.signature in ("linux_oom_kill", "host_kernel_fault") and _pid(h):
                 victims = killed.get(h.node, set())

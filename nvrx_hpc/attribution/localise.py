@@ -23,11 +23,10 @@ from nvrx_hpc.attribution.lines import LEAD_STAMP, parse_time, ranks_of
 from nvrx_hpc.attribution.peers import sample_addresses
 from nvrx_hpc.attribution.rank_blocks import WORLD_KEYS, fill_blocks
 from nvrx_hpc.attribution.resources import DiskRow, file_host, sample_disks
-from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 from nvrx_hpc.slurm.hostlist import HostlistError, expand
 
 __all__ = ["node_of_file", "traceback_ranks", "sample_file", "FileSample", "align_years", "enrich", "drop_recovered",
-           "name_oom_victims", "name_victims", "rank_nodes", "known_ranks", "hang_suspects", "SUSPECT_WHY"]
+           "name_oom_victims", "name_victims", "rank_nodes", "known_ranks"]
 
 _KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "messages")
 _EXTENSIONS = (".gz", ".log", ".txt", ".out", ".err")
@@ -54,7 +53,8 @@ _BANNERS = ((re.compile(rb"rank[ =:][ \t]*(\d{1,6})\b[^\n]{0,160}?(?<![\w-])" + 
 _LEAD_HOST = rb"(?m)^(?:\[([A-Za-z][\w-]*[\d-][\w.-]*)\]|([a-z][\w-]*[\d-][\w.-]*):) "  # `[host] ` or `host: `
 _RANGE_BANNER = re.compile(_LEAD_HOST + rb"[^\n]{0,160}?"
                            rb"(?<![\w-])(?<!local )(?:global )?ranks? (\d{1,6})-(\d{1,6})\b")
-_ABORTED = re.compile(r"communicator was aborted")  # a rank's NCCL communicator torn down under it
+# Ray Train's worker table: `(node_id=..., ip=10.0.1.22, pid=344408) world_rank=8, local_rank=0` (round 29)
+_RAY_WORLD_RANK = re.compile(rb"\bip=((?:\d{1,3}\.){3}\d{1,3}), pid=\d+\) world_rank=(\d{1,6})\b")
 # Determined's trial logs: a container's agent, then each rank's lines under its container's short id
 _CONTAINER_AGENT = re.compile(rb"\(container ([0-9a-f]{8})[0-9a-f-]*\) on agent ([A-Za-z][\w.-]*)")
 _CONTAINER_RANK = re.compile(rb"(?m)^\[[^\]\n]{8,40}\] ([0-9a-f]{8}) \[rank=(\d{1,6})\] \|\|")
@@ -184,6 +184,9 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
             hosts.setdefault(int(m.group(1)), m.group(2).decode())
         for r, host in [*_node_rank_hosts(data), *_container_hosts(data)]:
             hosts.setdefault(r, host)
+        for m in _RAY_WORLD_RANK.finditer(data):  # at an address this file pairs with a host (`Local node IP`)
+            if m.group(1).decode() in addresses:
+                hosts.setdefault(int(m.group(2)), addresses[m.group(1).decode()])
         for m in _PREFIX_RANKS.finditer(data):
             found.add(int(next(g for g in m.groups() if g is not None)))
         found.update(int(m.group(1)) for m in _ANY_TORCH_RANK.finditer(data))
@@ -413,95 +416,3 @@ def known_ranks(hits: Iterable[Hit], others: Iterable[int] = ()) -> set[int]:
     top = max(ranks, default=-1) + 1
     size = max(world, top)
     return set(range(size)) if size <= 100_000 else ranks
-
-
-SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
-    "missing": "; named because the others' stall reports list them as missing",
-    "behind": "; named because they never issued the collective the others wait on",
-    "silent": "; named because they report nothing while the others time out",
-    "alone": "; named because it alone waited in the collective: the job's other ranks, heard from before, never "
-             "entered it",
-    "mismatch": "; named because it timed out in another operation than every other rank at the same call",
-    "none": "; every rank reports it, so the logs do not say who is late",
-}
-
-
-def _odd_operation(victims: Sequence[Hit]) -> int | None:
-    """The one rank whose timed-out operation differs from that of at least three others at the same seq."""
-    ops: dict[int, tuple[str, str]] = {}
-    for h in victims:
-        if h.signature == "watchdog_timeout" and h.fields.get("seq") and h.fields.get("op"):
-            ops.setdefault(h.rank, (h.fields["seq"], h.fields["op"]))
-    if len(ops) < 4 or len({seq for seq, _op in ops.values()}) != 1:
-        return None
-    counts: dict[str, list[int]] = {}
-    for rank, (_seq, op) in ops.items():
-        counts.setdefault(op, []).append(rank)
-    if len(counts) != 2:
-        return None
-    lone = [ranks for ranks in counts.values() if len(ranks) == 1]
-    return lone[0][0] if len(lone) == 1 else None
-
-
-def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, ...], str]:
-    """The ranks a hang waits on, judged from its victims' lines, and how they were found.
-
-    1. Behind: a rank whose last enqueued collective is before the one the others timed out on
-       (`Timeout at NCCL work: N, last enqueued NCCL work: M`, or a dump's `Last enqueued NCCL work: M`)
-       never issued it.
-    2. Silent: when most of the job's ranks report a timeout (or sit in a collective in their stack
-       dumps), the ranks that report nothing are the suspects (at most a third of the ranks).
-    3. Mismatch: every reporter timed out at one sequence number, all but one in the same operation: that one's
-       code took another path (round 28).
-    4. Alone: one rank of at least four reports the timeout, the others, whose lines the logs hold, report
-       nothing, and the launcher saw only that rank end: only it entered the collective (a rank-0-only path's
-       barrier, round 26), so it is where the job's ranks went out of step.
-    Otherwise nobody: every rank reports, so the logs do not say who is late. Before all: the ranks
-    Horovod's stall inspector lists as missing (`[missing ranks: 3, 6]`); when it lists every rank but one, that
-    one alone submitted the op (a rank-0-only branch's extra broadcast, round 27) and is named.
-    """
-    listed = [{int(r) for r in h.fields[key].split(", ")} for h in hits for key in ("missing", "missing_op")
-              if h.fields.get(key)]  # fmt: skip
-    missing = set().union(*listed)
-    world = universe | missing
-    # every report lists the same ranks, all but one: that one alone submitted the ops
-    if listed and len(world) >= 3 and all(m == listed[0] for m in listed) and len(world - missing) == 1:
-        return tuple(world - missing), "alone"
-    if missing:  # Horovod's stall inspector lists the ranks that never submitted the tensors
-        return tuple(sorted(missing)), "missing"
-    victims = [h for h in hits if h.signature in VICTIM_SIGNATURES and h.rank is not None]
-    progress = [(h.rank, int(h.fields["seq"]), int(h.fields["enqueued"])) for h in victims
-                if h.signature == "watchdog_progress" and h.fields.get("seq", "").isdigit()
-                and h.fields.get("enqueued", "").lstrip("-").isdigit()]  # fmt: skip
-    progress += [(h.rank, -1, int(h.fields["enqueued"])) for h in victims  # a dump's progress: no work
-                 if h.signature == "watchdog_dump_progress" and h.fields.get("enqueued", "").lstrip("-").isdigit()]
-    if progress:
-        waited = max(seq for _r, seq, _e in progress)
-        behind = {r for r, _s, enq in progress if enq < waited}
-        reporters = {r for r, _s, _e in progress}
-        if behind and behind != reporters:
-            return tuple(sorted(behind)), "behind"
-    # Every rank timed out in the same collective call (one sequence number), one of them in another operation
-    # than all the others: its code took another path there (rank 0 alone in a checkpoint's REDUCE while the
-    # rest gathered FSDP shards, round 28); the others wait on it.
-    odd = _odd_operation(victims)
-    if odd is not None:
-        return (odd,), "mismatch"
-    # A rank whose communicator was aborted under it (`NCCL communicator was aborted on rank 0`), with no
-    # timeout of its own, was not waiting when the others timed out: its traceback's collective frame is where
-    # the abort found it, later (a rank-0-only evaluation that outlasted the timeout, round 28).
-    aborted = {h.rank for h in hits if h.signature == "python_exception" and _ABORTED.search(h.fields.get("msg", ""))}
-    reporting = {h.rank for h in victims if h.signature != "stack_in_collective" or h.rank not in aborted}
-    reporting |= ready_ranks(hits)
-    silent = universe - reporting
-    if len(reporting) >= 2 and silent and len(silent) <= max(1, len(universe) // 3):
-        return tuple(sorted(silent)), "silent"
-    # Alone: a rank's own watchdog (not Horovod's stall warning: rank 0 reports it for all), and the launcher
-    # saw that rank end and no other (the others had left: they were not torn down with it)
-    own = {h.rank for h in victims if h.signature != "horovod_stall"}
-    heard = {h.rank for h in hits if h.rank is not None} - reporting  # lines of their own, not only a world size
-    ends = [h for h in hits if h.signature in ("srun_task_exit", "elastic_child_failed", "ds_launcher_exit")]
-    if len(reporting) == 1 and own == reporting and len(universe) >= 4 and len(heard) >= len(universe) // 2 \
-            and ends and {h.rank for h in ends} == reporting:
-        return tuple(reporting), "alone"
-    return (), "none"

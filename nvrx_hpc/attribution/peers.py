@@ -41,6 +41,10 @@ _ADDRESS_LINES = (
     (re.compile(rb"(?m)^[ \t]*(" + _IP + rb")[ \t]+(" + _HOST + rb")(?:[ \t]+[\w.-]+)*[ \t\r]*$"), 2, 1, None),
     (re.compile(rb"(?m)^[ \t]*(" + _HOST + rb")[ \t]+(" + _IP + rb")[ \t\r]*$"), 1, 2, None),  # `host  ip` rows
 )
+# `ray start`'s `Local node IP: <ip>` under the start-up script's line naming the node it runs on (`[setup] worker
+# gpu-c08`, `Starting WORKER 1 at gpu-c08`: Ray's Slurm template), round 29
+_RAY_LOCAL_IP = re.compile(rb"Local node IP: (" + _IP + rb")")
+_STARTING_ON = re.compile(rb"(?:\bat|\bon|\bworker|\bhead|\bnode)[ :]+(" + _HOST + rb")[ \t\r]*\Z", re.IGNORECASE)
 # `<host> (<ip>)`: found from the address back (a pattern that starts with the host is tried at every byte)
 _PAREN_IP = re.compile(rb" \((" + _IP + rb")\)")
 _HOST_AT_END = re.compile(rb"(" + _HOST + rb")\Z")
@@ -86,6 +90,12 @@ def sample_addresses(data: bytes) -> dict[str, str]:
         for block in blocks:
             for m in pattern.finditer(block):
                 out.setdefault(m.group(addr_group).decode(), m.group(host_group).decode())
+    for m in _RAY_LOCAL_IP.finditer(data):
+        line_start = data.rfind(b"\n", 0, m.start())
+        above = data[data.rfind(b"\n", 0, max(line_start, 0)) + 1 : max(line_start, 0)]
+        host = _STARTING_ON.search(above) if line_start > 0 else None
+        if host is not None and any(c.isdigit() for c in host.group(1).decode()):
+            out.setdefault(m.group(1).decode(), host.group(1).decode())
     for m in _PAREN_IP.finditer(data):
         host = _HOST_AT_END.search(data, max(0, m.start() - 128), m.start())
         if host is not None:

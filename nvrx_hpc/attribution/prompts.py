@@ -20,10 +20,11 @@ from nvrx_hpc.attribution.api import Hit
 __all__ = ["prompt_hosts", "env_rank_hosts", "read_prompts", "place_by_prompts"]
 
 _MAX_BYTES = 1 << 20  # a pasted session; a large log is a program's output, not a terminal's
-# `[user@host ~]$ cmd`, `user@host:~/run$ cmd`, `(venv) root@host:/# cmd`; the host's domain is dropped
+# `[user@host ~]$ cmd`, `user@host:~/run$ cmd`, `(venv) root@host:/# cmd`, zsh's `user@host ~ % cmd`; the host's
+# domain is dropped
 _PROMPT = re.compile(
     rb"(?m)^(?:\([\w.-]+\) )?\[?[a-z_][\w.-]*@([A-Za-z][\w-]*)[\w.-]*(?::[^\s$#]*|\s[^\n$#\]]{0,80})"
-    rb"\]?[$#] ?([^\n]*)$"
+    rb"\]?[$#%] ?([^\n]*)$"
 )
 # Commands whose output describes the machine they run on (after `sudo`, `time`, an env assignment).
 _LOCAL = frozenset(
@@ -96,7 +97,7 @@ def _command_host(prompt_host: str, command: str) -> str | None:
         return None if host.lower() in _NOT_HOSTS else host
     if _MACHINE_FILES.search(command):
         return prompt_host
-    words = [w for w in command.split() if "=" not in w.split("/")[0]]  # drop `FOO=1` assignments
+    words = [w for w in command.replace(";", " ; ").split() if "=" not in w.split("/")[0]]  # drop `FOO=1`
     if words and words[0] in {"env", "printenv"} and (len(words) == 1 or words[1] == "|"):
         return prompt_host
     while words and words[0] in _WRAPPERS:

@@ -53,7 +53,8 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(
         "gpu_lost", _G, _ROOT,
-        r"(?:fallen off the bus|GPU is lost|Unable to determine the device handle for GPU|"
+        r"(?:fallen off the bus|GPU is lost|Unable to determine the device handle for GPU ?"
+        r"(?P<gpu>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)?|"
         r"CUDA driver error: unknown error|no CUDA-capable device is detected)",
         ("fallen off", "GPU is lost", "device handle", "CUDA driver error", "CUDA-capable"), True,
         "GPU lost or unreachable", ("Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost.",),
@@ -216,6 +217,14 @@ CATALOG: tuple[Signature, ...] = (
          "10.8.2.33 and node name: 10.8.2.33 has been marked dead because the detector has missed too many "
          "heartbeats from it.",),
     ),
+    Signature(  # Ray's memory monitor killed a worker: the node's host memory ran low (round 29); not CUDA's OOM
+        "ray_memory_oom", _H, _ROOT,
+        r"(?:Workers \(tasks / actors\) killed due to memory pressure \(OOM\)|"
+        r"Task was killed due to the node running low on memory)",
+        ("memory pressure", "running low on memory"), False, "Ray killed a worker: its node ran low on memory",
+        ("(raylet, ip=10.40.2.12) [2025-05-14 15:52:26,703 E 2286951 2286951] (raylet) node_manager.cc:3069: 1 Workers "
+         "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reason",),
+    ),
     Signature(  # Determined's master lost an agent, the node it runs on (round 28); its id is the node's name
         "determined_agent_lost", _H, _ROOT,
         r"agent (?:crashed|did not reconnect within the reconnect period)[^\n]*?\bid=\"(?P<failed>[\w.-]+)\"",
@@ -261,7 +270,9 @@ CATALOG: tuple[Signature, ...] = (
     # ---- application ----------------------------------------------------------------------------
     Signature(
         "cuda_oom", _A, _ROOT,
-        r"(?:CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED)(?:[^\n]*?GPU (?P<gpu>\d+) has)?",
+        r"(?:CUDA out of memory|(?<!ray\.exceptions\.)OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED)"
+        r"(?:[^\n]*?(?:\(GPU|GPU) (?P<gpu>\d+)"
+        r"(?: has|;))?",
         ("out of memory", "OutOfMemoryError", "ALLOC_FAILED"), False, "CUDA out of memory",
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity",),
     ),

@@ -132,9 +132,10 @@ LOCALISING: tuple[Signature, ...] = (
         "stack_in_collective", _D, _CTX, r"distributed_c10d\.py", ("distributed_c10d",), None,
         "a stack inside a collective", ("    all_reduce (torch/distributed/distributed_c10d.py:2501)",),
     ),
-    Signature(  # a pasted `sacct` row of the job itself (no `.step`): Slurm's final state, as if asked (analyze.py)
+    Signature(  # a pasted `sacct` row of the job itself (no `.step`): Slurm's final state, as if asked (analyze.py);
+        # any columns between the id and the state (`--format=JobID,JobName,Partition,QOS,NodeList,Start,End,State`)
         "sacct_job_state", _S, _CTX,
-        r"^(?P<job>\d+)\s+(?:\S+\s+)?(?P<state>PREEMPTED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE)\b",
+        r"^(?P<job>\d+)\s+(?:\S+\s+){0,10}?(?P<state>PREEMPTED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE)\b",
         ("PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"), None,
         "sacct: job {job} {state}", ("4714782       PREEMPTED 2023-11-28T09:12:05 2023-11-29T15:47:21 ib12gpu-001",),
     ),

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from nvrx_hpc.attribution.aliases import short_hosts
 from nvrx_hpc.attribution.api import (
     Action,
     Cascade,
@@ -32,10 +33,11 @@ from nvrx_hpc.attribution.api import (
 from nvrx_hpc.attribution.dcp_ranks import failed_ranks
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, fabric_wide
 from nvrx_hpc.attribution.fr_analysis import FRReport
-from nvrx_hpc.attribution.gpu_bus import ranks_on_buses
+from nvrx_hpc.attribution.gpu_bus import rank_on_device, ranks_on_buses
+from nvrx_hpc.attribution.hang_suspects import SUSPECT_WHY, hang_suspects
 from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import hit_ranks, ranks_of
-from nvrx_hpc.attribution.localise import SUSPECT_WHY, hang_suspects, known_ranks
+from nvrx_hpc.attribution.localise import known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
 from nvrx_hpc.attribution.lone_exit import every_node_alike, every_rank_of_node, exited_on_node, lone_exit_rank
 from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node
@@ -358,7 +360,8 @@ def decide(f: Findings) -> Verdict:
             and root.kind == "log" and not ranks:
         on = sorted({n for c in co for n in c.nodes})  # the one rank seen to end there, or each rank raised it
         at = (root.evidence.source, root.evidence.line)
-        ranks = exited_on_node(on, f.hits) or every_rank_of_node(at, on, f.hits, rank_nodes)
+        ranks = (rank_on_device(root.gpus, rank_nodes) if root.signature == "cuda_oom" else []) \
+            or exited_on_node(on, f.hits) or every_rank_of_node(at, on, f.hits, rank_nodes)
     lost_too = root.category is Category.HOST and {n for c in causes if c.signature in _NODE_LOST for n in c.nodes}
     lost: set[str] = set()
     if not ranks and (root.signature in _NODE_LOST or (lost_too and set(root.nodes) == lost_too)):
@@ -398,7 +401,7 @@ def decide(f: Findings) -> Verdict:
         ranks, nodes, gpus = [], [], []  # NaN on several nodes: the run diverged, no one GPU did it
     if category is Category.SCHEDULER:
         nodes, ranks, gpus = [], [], []  # a time limit or a cancel is the job's, not a node's
-    nodes, gpus = _short_hosts(nodes), _short_hosts(gpus)
+    nodes, gpus = short_hosts(nodes), short_hosts(gpus)
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
     if category in (Category.APPLICATION, Category.NUMERICAL):
         restartable = False  # the workload's own failure comes back on any node
@@ -446,24 +449,6 @@ def decide(f: Findings) -> Verdict:
         exclude_nodes=exclude,
         signature=root.signature,
     )
-
-
-def _short_host(name: str) -> str:
-    """`vg-h100-0b.cluster.internal` -> `vg-h100-0b`: one host shows up as its FQDN in one log and its short
-    name in another; the short name is the one Slurm knows (and excludes). Addresses stay whole."""
-    head, dot, _rest = name.partition(".")
-    return head if dot and head[:1].isalpha() else name
-
-
-def _short_hosts(names: Sequence[str]) -> list[str]:
-    """Host names (or `host:gpu`) in their short form, each once, in order."""
-    out: list[str] = []
-    for n in names:
-        host, colon, rest = n.partition(":")
-        short = _short_host(host) + colon + rest
-        if short not in out:
-            out.append(short)
-    return out
 
 
 def _ranks_under_gpu(root: _Cause, causes: list[_Cause], rank_nodes: dict[int, str]) -> set[int]:

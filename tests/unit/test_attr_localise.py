@@ -10,8 +10,9 @@ from pathlib import Path
 
 from nvrx_hpc.attribution.analyze import analyze_run
 from nvrx_hpc.attribution.api import Category
+from nvrx_hpc.attribution.hang_suspects import hang_suspects
 from nvrx_hpc.attribution.lines import LineContext, classify_line, split_prefixes
-from nvrx_hpc.attribution.localise import hang_suspects, known_ranks, node_of_file
+from nvrx_hpc.attribution.localise import known_ranks, node_of_file
 
 HOSTS = ["gpu-n01", "gpu-n02", "gpu-n03", "gpu-n04"]  # ranks 2k and 2k+1 run on HOSTS[k]
 

@@ -1,0 +1,126 @@
+"""The ranks a hang waits on, judged from its victims' lines (`hang_suspects`), and how they were found.
+
+Pure functions over hits; verdict.py asks them when a hang's root is a victim's timeout.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+
+from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.localise import ready_ranks
+from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
+
+__all__ = ["hang_suspects", "SUSPECT_WHY"]
+
+_ABORTED = re.compile(r"communicator was aborted")  # a rank's NCCL communicator torn down under it
+_PG_OF_LINE = re.compile(r"\[PG (?:ID )?(\d+)\b")  # the process group a watchdog line names
+
+
+SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
+    "missing": "; named because the others' stall reports list them as missing",
+    "behind": "; named because they never issued the collective the others wait on",
+    "silent": "; named because they report nothing while the others time out",
+    "alone": "; named because it alone waited in the collective: the job's other ranks, heard from before, never "
+             "entered it",
+    "mismatch": "; named because it timed out in another operation than every other rank at the same call",
+    "none": "; every rank reports it, so the logs do not say who is late",
+}
+
+
+def _process_group(text: str) -> str | None:
+    """The process group a watchdog line names (`[PG ID 6 PG GUID 31(...) Rank 0]`, `[PG 3 Rank 4]`), if any."""
+    m = _PG_OF_LINE.search(text)
+    return m.group(1) if m else None
+
+
+def _odd_operation(victims: Sequence[Hit]) -> int | None:
+    """The one rank whose timed-out operation differs from that of at least three others at the same call (one
+    process group's sequence number)."""
+    ops: dict[int, tuple[tuple[str | None, str], str]] = {}
+    for h in victims:
+        if h.signature == "watchdog_timeout" and h.fields.get("seq") and h.fields.get("op"):
+            ops.setdefault(h.rank, ((_process_group(h.text), h.fields["seq"]), h.fields["op"]))
+    if len(ops) < 4 or len({call for call, _op in ops.values()}) != 1:
+        return None
+    counts: dict[str, list[int]] = {}
+    for rank, (_call, op) in ops.items():
+        counts.setdefault(op, []).append(rank)
+    if len(counts) != 2:
+        return None
+    lone = [ranks for ranks in counts.values() if len(ranks) == 1]
+    return lone[0][0] if len(lone) == 1 else None
+
+
+def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, ...], str]:
+    """The ranks a hang waits on, judged from its victims' lines, and how they were found.
+
+    1. Behind: a rank whose last enqueued collective is before the one the others timed out on
+       (`Timeout at NCCL work: N, last enqueued NCCL work: M`, or a dump's `Last enqueued NCCL work: M`)
+       never issued it.
+    2. Silent: when most of the job's ranks report a timeout (or sit in a collective in their stack
+       dumps), the ranks that report nothing are the suspects (at most a third of the ranks).
+    3. Mismatch: every reporter timed out at one sequence number, all but one in the same operation: that one's
+       code took another path (round 28).
+    4. Alone: one rank of at least four reports the timeout, the others, whose lines the logs hold, report
+       nothing, and the launcher saw only that rank end: only it entered the collective (a rank-0-only path's
+       barrier, round 26), so it is where the job's ranks went out of step.
+    Otherwise nobody: every rank reports, so the logs do not say who is late. Before all: the ranks
+    Horovod's stall inspector lists as missing (`[missing ranks: 3, 6]`); when it lists every rank but one, that
+    one alone submitted the op (a rank-0-only branch's extra broadcast, round 27) and is named.
+    """
+    listed = [{int(r) for r in h.fields[key].split(", ")} for h in hits for key in ("missing", "missing_op")
+              if h.fields.get(key)]  # fmt: skip
+    missing = set().union(*listed)
+    world = universe | missing
+    # every report lists the same ranks, all but one: that one alone submitted the ops
+    if listed and len(world) >= 3 and all(m == listed[0] for m in listed) and len(world - missing) == 1:
+        return tuple(world - missing), "alone"
+    if missing:  # Horovod's stall inspector lists the ranks that never submitted the tensors
+        return tuple(sorted(missing)), "missing"
+    victims = [h for h in hits if h.signature in VICTIM_SIGNATURES and h.rank is not None]
+    counted = [h for h in victims if h.signature == "watchdog_progress" and h.fields.get("seq", "").isdigit()
+               and h.fields.get("enqueued", "").lstrip("-").isdigit()]  # fmt: skip
+    dumped = [h for h in victims  # a dump's progress: no work
+              if h.signature == "watchdog_dump_progress" and h.fields.get("enqueued", "").lstrip("-").isdigit()]
+    progress = [(h.rank, int(h.fields["seq"]) if h in counted else -1, int(h.fields["enqueued"]))
+                for h in (*counted, *dumped)]  # fmt: skip
+    pgs = [_process_group(h.text) for h in (*counted, *dumped)]
+    # Sequence numbers count per process group: a rank is behind only the others of its own group (a DP
+    # group's 37,868th collective is not behind an expert group's 150,292nd, round 29).
+    groups: dict[str | None, list[tuple[int | None, int, int]]] = defaultdict(list)
+    for (rank, seq, enqueued), pg in zip(progress, pgs, strict=True):
+        groups[pg].append((rank, seq, enqueued))
+    behind: set[int | None] = set()
+    for members in groups.values():
+        waited = max(seq for _r, seq, _e in members)
+        behind |= {r for r, _s, enq in members if enq < waited}
+    reporters = {r for r, _s, _e in progress}
+    if behind and behind != reporters:
+        return tuple(sorted(r for r in behind if r is not None)), "behind"
+    # Every rank timed out in the same collective call (one sequence number), one of them in another operation
+    # than all the others: its code took another path there (rank 0 alone in a checkpoint's REDUCE while the
+    # rest gathered FSDP shards, round 28); the others wait on it.
+    odd = _odd_operation(victims)
+    if odd is not None:
+        return (odd,), "mismatch"
+    # A rank whose communicator was aborted under it (`NCCL communicator was aborted on rank 0`), with no
+    # timeout of its own, was not waiting when the others timed out: its traceback's collective frame is where
+    # the abort found it, later (a rank-0-only evaluation that outlasted the timeout, round 28).
+    aborted = {h.rank for h in hits if h.signature == "python_exception" and _ABORTED.search(h.fields.get("msg", ""))}
+    reporting = {h.rank for h in victims if h.signature != "stack_in_collective" or h.rank not in aborted}
+    reporting |= ready_ranks(hits)
+    silent = universe - reporting
+    if len(reporting) >= 2 and silent and len(silent) <= max(1, len(universe) // 3):
+        return tuple(sorted(silent)), "silent"
+    # Alone: a rank's own watchdog (not Horovod's stall warning: rank 0 reports it for all), and the launcher
+    # saw that rank end and no other (the others had left: they were not torn down with it)
+    own = {h.rank for h in victims if h.signature != "horovod_stall"}
+    heard = {h.rank for h in hits if h.rank is not None} - reporting  # lines of their own, not only a world size
+    ends = [h for h in hits if h.signature in ("srun_task_exit", "elastic_child_failed", "ds_launcher_exit")]
+    if len(reporting) == 1 and own == reporting and len(universe) >= 4 and len(heard) >= len(universe) // 2 \
+            and ends and {h.rank for h in ends} == reporting:
+        return tuple(reporting), "alone"
+    return (), "none"
