@@ -7,7 +7,7 @@ import re
 
 from nvrx_hpc.attribution.api import Category, Role
 
-__all__ = ["CASCADE_EXCEPTIONS", "exception_role"]
+__all__ = ["CASCADE_EXCEPTIONS", "FOLLOWER_MESSAGE", "exception_role"]
 
 _N, _F = Category.NETWORK, Category.FRAMEWORK_CRASH
 
@@ -26,6 +26,8 @@ _TRANSPORT_MESSAGE = re.compile(r"transport retry counter exceeded|RNR retry cou
                                 r"(?:ibv|IBV)_\w+ failed|local catastrophic error")
 
 
+# An error that sends the reader to another rank: its rank follows that one (`Please check local rank 0 for ...`)
+FOLLOWER_MESSAGE = r"[Pp]lease check (?:local |global )?rank \d+ for"
 # Generic exceptions whose message says they follow a failure elsewhere (round 19): NCCL's watchdog aborted
 # the communicator (round 29: `... on rank 1.  Original reason for failure was: [Rank 1] Watchdog caught ...`),
 # torch.distributed.launch reporting its worker's exit (`Command '[..., '--local_rank=2', ...]' returned
@@ -37,7 +39,7 @@ _AFTERMATH_MESSAGE = re.compile(r"^NCCL communicator was aborted(?:\.?\s*$| on r
                                 r"'--local[-_]rank=\d+'.*returned non-zero|"
                                 r"'torch\.distributed\.(?:run|launch)'.*returned non-zero|"
                                 r"^Horovod detected that one or more processes exited|"
-                                r"[Pp]lease check (?:local |global )?rank \d+ for")
+                                + FOLLOWER_MESSAGE)
 
 
 def exception_role(name: str, role: Role, category: Category, message: str = "") -> tuple[Role, Category]:

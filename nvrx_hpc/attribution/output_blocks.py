@@ -14,10 +14,11 @@ import re
 from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Hit, Role
+from nvrx_hpc.attribution.exception_roles import FOLLOWER_MESSAGE
 
 __all__ = ["block_ranks"]
 
-_FOLLOWER = re.compile(r"[Pp]lease check (?:local |global )?rank \d+ for")
+_FOLLOWER = re.compile(FOLLOWER_MESSAGE)
 
 
 def block_ranks(hits: Sequence[Hit]) -> list[Hit]:
