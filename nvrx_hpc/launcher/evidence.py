@@ -19,12 +19,14 @@ from nvrx_hpc.slurm.api import SlurmBackend
 from nvrx_hpc.slurm.commands import srun_argv
 
 __all__ = [
-    "HealthProbe", "quick_health", "Capacity", "partition_capacity", "gather_evidence", "HEALTH_PROBE_TIMEOUT_S",
+    "HealthProbe", "quick_health", "EarlyProbe", "Capacity", "partition_capacity", "gather_evidence",
+    "HEALTH_PROBE_TIMEOUT_S",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 HEALTH_PROBE_TIMEOUT_S = 60.0
+PROBED_FINDINGS = ("exited", "hung", "srun")  # a software fault unless the node says otherwise
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,10 @@ async def quick_health(node: str, env: dict[str, str], timeout: float = HEALTH_P
     )  # fmt: skip
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.CancelledError:  # the culprit moved to another node: this node's check is not wanted
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()  # srun passes it on and ends the step
+        raise
     except asyncio.TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
@@ -75,6 +81,33 @@ async def quick_health(node: str, env: dict[str, str], timeout: float = HEALTH_P
         return HealthProbe(False, True, _fatal_detail(text), seconds)
     tail = err.decode(errors="replace").strip()[-300:]
     return HealthProbe(None, False, f"the health step on {node} exited {proc.returncode}: {tail}", seconds)
+
+
+class EarlyProbe:
+    """The culprit node's quick health check, started as soon as its step has ended so that it runs beside
+    attribution: each takes tenths of a second (an srun; reading the logs and dumps) and the restart waits for
+    both. Attribution may move a hang's culprit to another node; this check is then cancelled and that node
+    gets its own."""
+
+    def __init__(self, node: str, task: asyncio.Task[HealthProbe]) -> None:
+        self.node = node
+        self._task = task
+
+    @classmethod
+    def start(cls, attempt: Attempt, env: dict[str, str]) -> EarlyProbe | None:
+        if not attempt.culprit_node or attempt.finding not in PROBED_FINDINGS:
+            return None
+        return cls(attempt.culprit_node, asyncio.create_task(quick_health(attempt.culprit_node, env)))
+
+    async def result_for(self, node: str) -> HealthProbe | None:
+        """The check's result when it ran on `node`; None (and the check cancelled) when it did not."""
+        if node != self.node:
+            self.cancel()
+            return None
+        return await self._task
+
+    def cancel(self) -> None:
+        self._task.cancel()
 
 
 @dataclass(frozen=True)
@@ -106,14 +139,16 @@ def node_responding(backend: SlurmBackend, node: str) -> bool | None:
 
 
 async def gather_evidence(
-    attempt: Attempt, verdict: Any, backend: SlurmBackend, env: dict[str, str], events: EventLog
+    attempt: Attempt, verdict: Any, backend: SlurmBackend, env: dict[str, str], events: EventLog,
+    early: EarlyProbe | None = None,
 ) -> NodeEvidence:
     """What is known about the culprit node: for a crash, an exit or a hang a quick health check there
-    (`launcher.node.health_check`), Slurm's word on it, and attribution's verdict."""
+    (`launcher.node.health_check`; `early`'s when it checked this node), Slurm's word on it, and attribution's
+    verdict."""
     node = attempt.culprit_node
     probe = None
-    if attempt.finding in ("exited", "hung", "srun"):  # a software fault unless the node says otherwise
-        probe = await quick_health(node, env)
+    if attempt.finding in PROBED_FINDINGS:
+        probe = (await early.result_for(node) if early is not None else None) or await quick_health(node, env)
         events.emit("launcher.node.health_check", node=node, ok=probe.health_ok, reachable=probe.reachable,
                     reason=probe.detail, seconds=round(probe.seconds, 2))  # fmt: skip
     reachable = probe.reachable if probe is not None else None

@@ -21,7 +21,7 @@ from nvrx_hpc.core.run_pointer import job_tmp_dir, write_run_pointer
 from nvrx_hpc.core.wire import load_token, new_token, save_token
 from nvrx_hpc.inprocess.settings import namespace
 from nvrx_hpc.launcher.culprit import Finding, pick_culprit
-from nvrx_hpc.launcher.evidence import gather_evidence, partition_capacity
+from nvrx_hpc.launcher.evidence import EarlyProbe, gather_evidence, partition_capacity
 from nvrx_hpc.launcher.hub import AgentHub, freeze_long_lived
 from nvrx_hpc.launcher.inprocess_watch import InprocessWatch
 from nvrx_hpc.launcher.ip_store import StoreProcess
@@ -218,44 +218,58 @@ class Launcher:
             attempt = await self._run_step(index, restart, env, socket_template, plugin)
             self.history.append(attempt)
             self._write_state()
-            verdict = None
-            if attempt.outcome == Outcome.FAILED and self.s.attribution:
-                verdict = await self._judge(attempt)
-                if verdict is not None and self._inprocess is not None and self._inprocess.explains(verdict):
-                    self.events.emit("launcher.attribution.recovered", reason="the verdict names an error recovered "
-                                     f"in-process, not what ended the step: {verdict.root_cause}")  # fmt: skip
-                    verdict = None
-                attempt = self._refine_culprit(attempt, verdict)
-                self.history[-1] = attempt
-                if verdict is not None and (not verdict.restartable or verdict.action.value == "stop"):
-                    # A failure of the workload itself (an exception, OOM, NaN, a full disk): restarting
-                    # repeats it and excluding (or draining) a healthy node would be wrong.
-                    reason = f"not restartable ({verdict.category.value}): {verdict.root_cause}"
-                    self._end("launcher.stop", reason=reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
-                    return ExitCode.DO_NOT_REQUEUE
-            spare_used = False
-            active_before = len(self.pool.active)
-            if attempt.outcome == Outcome.FAILED and attempt.culprit_node:
-                judgement = await self._judge_node(attempt, verdict)
-                if judgement.exclude:
-                    spare_used = self._exclude(attempt.culprit_node, judgement.reason) is not None
-            if attempt.outcome == Outcome.FAILED:
-                spare_used = self._exclude_stragglers() or spare_used
-            decision = policy.decide(self.history, len(self.pool.active), spare_used, wanted)
-            self.events.emit(
-                f"launcher.decision.{decision.action.value}", reason=decision.reason, attempt=index,
-                pool=self.pool.to_dict(), active_before=active_before,
-            )
-            if decision.action == Action.DONE:
-                self._outcome = f"done: {decision.reason}"
-                return ExitCode.OK
-            if decision.action == Action.STOP:
-                self._end("launcher.stop", reason=decision.reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
+            early = EarlyProbe.start(attempt, self._env) if attempt.outcome == Outcome.FAILED else None
+            try:
+                code = await self._decide(attempt, early, policy, wanted, restart, index)
+            finally:
+                if early is not None:
+                    early.cancel()  # a stop or a requeue decided without it
+            if code is not None:
+                return code
+
+    async def _decide(
+        self, attempt: Attempt, early: EarlyProbe | None, policy: RestartPolicy, wanted: int, restart: int, index: int
+    ) -> ExitCode | None:
+        """What follows a step's end: attribution, the culprit node's fate, and the policy's decision; an exit
+        code when the launcher ends, None when the next attempt starts."""
+        verdict = None
+        if attempt.outcome == Outcome.FAILED and self.s.attribution:
+            verdict = await self._judge(attempt)
+            if verdict is not None and self._inprocess is not None and self._inprocess.explains(verdict):
+                self.events.emit("launcher.attribution.recovered", reason="the verdict names an error recovered "
+                                 f"in-process, not what ended the step: {verdict.root_cause}")  # fmt: skip
+                verdict = None
+            attempt = self._refine_culprit(attempt, verdict)
+            self.history[-1] = attempt
+            if verdict is not None and (not verdict.restartable or verdict.action.value == "stop"):
+                # A failure of the workload itself (an exception, OOM, NaN, a full disk): restarting
+                # repeats it and excluding (or draining) a healthy node would be wrong.
+                reason = f"not restartable ({verdict.category.value}): {verdict.root_cause}"
+                self._end("launcher.stop", reason=reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
                 return ExitCode.DO_NOT_REQUEUE
-            if decision.action == Action.REQUEUE:
-                return await self._requeue_or_stop(decision.reason)
-            self.events.emit("launcher.restart", reason=decision.reason, restart=restart + 1,
-                             nodes=self.pool.active, world_size=len(self.pool.active) * self.s.tasks_per_node)
+        spare_used = False
+        active_before = len(self.pool.active)
+        if attempt.outcome == Outcome.FAILED and attempt.culprit_node:
+            judgement = await self._judge_node(attempt, verdict, early)
+            if judgement.exclude:
+                spare_used = self._exclude(attempt.culprit_node, judgement.reason) is not None
+        if attempt.outcome == Outcome.FAILED:
+            spare_used = self._exclude_stragglers() or spare_used
+        decision = policy.decide(self.history, len(self.pool.active), spare_used, wanted)
+        self.events.emit(
+            f"launcher.decision.{decision.action.value}", reason=decision.reason, attempt=index,
+            pool=self.pool.to_dict(), active_before=active_before,
+        )
+        if decision.action == Action.DONE:
+            self._outcome = f"done: {decision.reason}"
+            return ExitCode.OK
+        if decision.action == Action.STOP:
+            self._end("launcher.stop", reason=decision.reason, exit_code=int(ExitCode.DO_NOT_REQUEUE))
+            return ExitCode.DO_NOT_REQUEUE
+        if decision.action == Action.REQUEUE:
+            return await self._requeue_or_stop(decision.reason)
+        self.events.emit("launcher.restart", reason=decision.reason, restart=restart + 1,
+                         nodes=self.pool.active, world_size=len(self.pool.active) * self.s.tasks_per_node)
 
     async def _judge(self, attempt: Attempt) -> Any:
         """Attribution's verdict on the attempt that just failed (its logs, events, dumps); None if it fails."""
@@ -301,10 +315,10 @@ class Launcher:
         self._outcome = f"{kind.removeprefix('launcher.')}: {reason}"
         self.events.emit(kind, reason=reason, **detail)
 
-    async def _judge_node(self, attempt: Attempt, verdict: Any) -> NodeJudgement:
+    async def _judge_node(self, attempt: Attempt, verdict: Any, early: EarlyProbe | None) -> NodeJudgement:
         """Whether the culprit node goes: only on evidence about the node (decision table in docs/launcher.md)."""
         node = attempt.culprit_node
-        evidence = await gather_evidence(attempt, verdict, self.backend, self._env, self.events)
+        evidence = await gather_evidence(attempt, verdict, self.backend, self._env, self.events, early)
         now = time.time()
         self._failures.append({"node": node, "time": now, "reason": attempt.reason})
         times = [f["time"] for f in self._failures if f["node"] == node]
