@@ -20,7 +20,7 @@ _ADDR = re.compile(rb"\bNode(?:Addr|HostName)=([A-Za-z0-9][\w.:-]*)")
 _REACH = 600  # a node's record spans a few lines; the next `NodeName=` ends it
 _LISTING_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](INTERNAL[_-]IP)\b.*$")
 # `kubectl get pods -o wide`: a pod's address and the node it runs on (round 28)
-_POD_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](IP)[ \t]+(NODE)[ \t].*$")
+_POD_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](IP)[ \t]+(NODE)(?:[ \t].*)?$")  # NODE may end the row
 _IP = re.compile(rb"(?:\d{1,3}\.){3}\d{1,3}$")
 
 
@@ -29,7 +29,7 @@ def node_aliases(data: bytes) -> dict[str, str]:
     instance listings (an address Slurm names keeps Slurm's name)."""
     found: dict[str, str] = {}
     if b"NodeName=" not in data:
-        return _listed_addresses(data) if b"INTERNAL" in data or b" NODE " in data else found
+        return _listed_addresses(data) if b"INTERNAL" in data or b" NODE" in data else found
     starts = list(_NODE.finditer(data))
     for i, m in enumerate(starts):
         end = min(m.end() + _REACH, starts[i + 1].start() if i + 1 < len(starts) else len(data))
@@ -38,7 +38,7 @@ def node_aliases(data: bytes) -> dict[str, str]:
             alias = a.group(1).decode()
             if alias != node and alias != "(null)":
                 found.setdefault(alias, node)
-    if b"INTERNAL" in data or b" NODE " in data:  # Slurm's own names first
+    if b"INTERNAL" in data or b" NODE" in data:  # Slurm's own names first
         for alias, node in _listed_addresses(data).items():
             found.setdefault(alias, node)
     return found

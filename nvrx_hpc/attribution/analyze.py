@@ -41,7 +41,7 @@ from nvrx_hpc.attribution.localise import (
 )
 from nvrx_hpc.attribution.output_blocks import block_ranks
 from nvrx_hpc.attribution.prompts import place_by_prompts, read_prompts
-from nvrx_hpc.attribution.resources import DiskRow
+from nvrx_hpc.attribution.resources import DiskRow, shm_bus_errors
 from nvrx_hpc.attribution.scanner import Scanner
 from nvrx_hpc.attribution.spawn_ranks import spawn_ranks
 from nvrx_hpc.attribution.srun_cancel import hang_before_limit, hung_cancels, other_jobs_ends, own_cancels
@@ -211,6 +211,7 @@ def analyze(
     hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks,
                                listed, aliases)
     hits = place_by_file_host(apply_aliases(hits, rank_hosts, addr_hosts, aliases), listed)
+    hits = shm_bus_errors(hits, disks)
     for r in records:
         if r.traceback:
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)

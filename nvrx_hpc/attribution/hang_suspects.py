@@ -25,7 +25,8 @@ SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
     "silent": "; named because they report nothing while the others time out",
     "alone": "; named because it alone waited in the collective: the job's other ranks, heard from before, never "
              "entered it",
-    "mismatch": "; named because it timed out in another operation than every other rank at the same call",
+    "mismatch": "; named because it timed out in another operation than every other rank",
+    "elsewhere": "; named because its stack dump waits outside any collective while the others' wait in one",
     "none": "; every rank reports it, so the logs do not say who is late",
 }
 
@@ -37,21 +38,38 @@ def _process_group(text: str) -> str | None:
 
 
 def _odd_operation(victims: Sequence[Hit]) -> int | None:
-    """The one rank whose timed-out operation differs from that of at least three others at the same call (one
-    process group's sequence number)."""
-    ops: dict[int, tuple[tuple[str | None, str], str]] = {}
+    """The one rank whose timed-out work differs from that of at least three others, which agree on it, in
+    another operation (at the same call or another: a rank that took another path has counted its calls
+    differently too, round 30). One process group's watchdog lines only."""
+    ops: dict[int, tuple[str | None, str, str]] = {}
     for h in victims:
         if h.signature == "watchdog_timeout" and h.fields.get("seq") and h.fields.get("op"):
-            ops.setdefault(h.rank, ((_process_group(h.text), h.fields["seq"]), h.fields["op"]))
-    if len(ops) < 4 or len({call for call, _op in ops.values()}) != 1:
+            ops.setdefault(h.rank, (_process_group(h.text), h.fields["seq"], h.fields["op"]))
+    if len(ops) < 4 or len({pg for pg, _seq, _op in ops.values()}) != 1:
         return None
-    counts: dict[str, list[int]] = {}
-    for rank, (_call, op) in ops.items():
-        counts.setdefault(op, []).append(rank)
+    counts: dict[tuple[str | None, str, str], list[int]] = {}
+    for rank, work in ops.items():
+        counts.setdefault(work, []).append(rank)
     if len(counts) != 2:
         return None
-    lone = [ranks for ranks in counts.values() if len(ranks) == 1]
-    return lone[0][0] if len(lone) == 1 else None
+    (lone_work, lone), (work, _agreeing) = sorted(counts.items(), key=lambda item: len(item[1]))
+    return lone[0] if len(lone) == 1 and lone_work[2] != work[2] else None
+
+
+def _dumped_outside_collectives(hits: Sequence[Hit]) -> tuple[int, ...] | None:
+    """The ranks whose stack dump (one main thread in one file) shows no collective frame, when at least as
+    many dumps sit in one."""
+    mains: dict[str, list[int | None]] = defaultdict(list)
+    for h in hits:
+        if h.signature == "stack_main_thread":
+            mains[h.source].append(h.rank)
+    inside = {h.source for h in hits if h.signature == "stack_in_collective"}
+    dumps = {source: ranks[0] for source, ranks in mains.items() if len(ranks) == 1 and ranks[0] is not None}
+    waiting = {rank for source, rank in dumps.items() if source in inside}
+    elsewhere = {rank for source, rank in dumps.items() if source not in inside}
+    if not waiting or not elsewhere or len(elsewhere) > len(waiting):
+        return None
+    return tuple(sorted(elsewhere))
 
 
 def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, ...], str]:
@@ -62,9 +80,11 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
        never issued it.
     2. Silent: when most of the job's ranks report a timeout (or sit in a collective in their stack
        dumps), the ranks that report nothing are the suspects (at most a third of the ranks).
-    3. Mismatch: every reporter timed out at one sequence number, all but one in the same operation: that one's
-       code took another path (round 28).
-    4. Alone: one rank of at least four reports the timeout, the others, whose lines the logs hold, report
+    3. Mismatch: every reporter but one timed out in the same work (sequence number and operation), that one in
+       another operation: its code took another path (rounds 28 and 30).
+    4. Elsewhere: stack dumps, one per rank, of which some wait inside a collective and at most as many outside
+       any: those outside (round 30).
+    5. Alone: one rank of at least four reports the timeout, the others, whose lines the logs hold, report
        nothing, and the launcher saw only that rank end: only it entered the collective (a rank-0-only path's
        barrier, round 26), so it is where the job's ranks went out of step.
     Otherwise nobody: every rank reports, so the logs do not say who is late. Before all: the ranks
@@ -106,6 +126,12 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     odd = _odd_operation(victims)
     if odd is not None:
         return (odd,), "mismatch"
+    # Stack dumps of some ranks (py-spy, one file per rank): those whose main thread waits outside any collective
+    # while the others' wait inside one are where the job went out of step (rank 0 in its data loader's queue
+    # while rank 13 sits in all_reduce, round 30).
+    outside = _dumped_outside_collectives(hits)
+    if outside is not None:
+        return outside, "elsewhere"
     # A rank whose communicator was aborted under it (`NCCL communicator was aborted on rank 0`), with no
     # timeout of its own, was not waiting when the others timed out: its traceback's collective frame is where
     # the abort found it, later (a rank-0-only evaluation that outlasted the timeout, round 28).

@@ -156,7 +156,7 @@ def peer_suspect(
             hosts.setdefault(_norm(local.group("local")), host)
         named.append((host, _norm(peer.group("peer"))))
     if len({host for host, _ in named}) < 2:
-        return _peerless_majority(hits, rank_nodes)
+        return _one_reporters_peer(named, hosts, rank_nodes) or _peerless_majority(hits, rank_nodes)
     votes: dict[str, set[str]] = defaultdict(set)
     known = set(rank_nodes.values()) | {host for host, _ in named}
     for host, peer in named:
@@ -172,6 +172,22 @@ def peer_suspect(
         return _port_down(hits, reporters) or PeerFinding(None, None, reporters, len(voters))
     node = top if top in known or top in hosts.values() else None
     return PeerFinding(node, top, reporters, len(voters))
+
+
+def _one_reporters_peer(
+    named: list[tuple[str, str]], hosts: Mapping[str, str], rank_nodes: Mapping[int, str]
+) -> PeerFinding | None:
+    """One host's ranks (two lines or more) all failed to reach the same other host of the job: that host. Its
+    own ranks would have named the reporter, had the reporter's link been down (round 30)."""
+    known = set(rank_nodes.values()) | {host for host, _ in named}
+    targets = {_short(hosts.get(peer, peer), known) for _host, peer in named}
+    if len(named) < 2 or len(targets) != 1:
+        return None
+    (target,) = targets
+    reporter = named[0][0]
+    if target == reporter or (target not in known and target not in hosts.values()):
+        return None  # an address no line of the job pairs with a host
+    return PeerFinding(target, target, 1, 1)
 
 
 def _port_down(hits: Iterable[Hit], reporters: int) -> PeerFinding | None:

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
-from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.api import Category, Hit, Role
 
-__all__ = ["DiskRow", "Judgement", "sample_disks", "file_host", "judge", "HOST_OOM", "RAN_LONG_S"]
+__all__ = ["DiskRow", "Judgement", "sample_disks", "file_host", "judge", "shm_bus_errors", "HOST_OOM", "RAN_LONG_S"]
 
 HOST_OOM = ("linux_oom_kill", "slurm_oom_kill")
 RAN_LONG_S = 3600.0
@@ -201,3 +201,14 @@ def judge(
         return Judgement(ranks, nodes, False, False, "; the job's own memory demand (its cgroup limit, or its only "
                                                      "node's memory), with no hour of run before it")  # fmt: skip
     return None
+
+
+def shm_bus_errors(hits: Sequence[Hit], disks: Sequence[DiskRow]) -> list[Hit]:
+    """A process gets SIGBUS when it touches a page of /dev/shm that cannot be backed. Where a `df` listing in the
+    logs shows /dev/shm full, each bus error is the host's shared memory running out (a container's default of
+    64 MB, round 30), not a crash of unknown cause: it becomes `shm_exhausted`."""
+    if not any(d.mount == "/dev/shm" and d.full for d in disks):
+        return list(hits)
+    return [replace(h, signature="shm_exhausted", category=Category.HOST, role=Role.ROOT, restartable=False,
+                    summary="a bus error with /dev/shm full: the host's shared memory ran out")
+            if h.signature == "bus_error" else h for h in hits]  # fmt: skip

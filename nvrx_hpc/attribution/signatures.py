@@ -219,11 +219,22 @@ CATALOG: tuple[Signature, ...] = (
     ),
     Signature(  # Ray's memory monitor killed a worker: the node's host memory ran low (round 29); not CUDA's OOM
         "ray_memory_oom", _H, _ROOT,
-        r"(?:Workers \(tasks / actors\) killed due to memory pressure \(OOM\)|"
+        r"(?:Workers \(tasks / actors\) killed due to memory pressure \(OOM\)"
+        r"(?:[^\n]*?\bat node \(ID: \w+, IP: (?P<ray_ip>[\d.]+)\))?|"  # the raylet's own node (round 30)
         r"Task was killed due to the node running low on memory)",
         ("memory pressure", "running low on memory"), False, "Ray killed a worker: its node ran low on memory",
         ("(raylet, ip=10.40.2.12) [2025-05-14 15:52:26,703 E 2286951 2286951] (raylet) node_manager.cc:3069: 1 Workers "
-         "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reason",),
+         "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reason",
+         "(raylet) [2025-10-11 23:27:14,561 E 2981 2981] (raylet) node_manager.cc:3069: 1 Workers (tasks / actors) "
+         "killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: ba65c80c8a, "
+         "IP: 10.1.180.84) over the last time period."),
+    ),
+    Signature(  # Ray's OutOfMemoryError goes on to name the node and the task it killed: its pid is a rank's
+        "ray_memory_oom_task", _H, _ROOT,
+        r"Memory on the node \(IP: (?P<ray_ip>[\d.]+), ID: \w+\) where the task \([^\n]*?\bpid=(?P<pid>\d+)",
+        ("Memory on the node",), False, "Ray killed a task: its node ran low on memory",
+        ("Memory on the node (IP: 10.4.212.37, ID: 5d2e19cf) where the task (task ID: 8f0a3c1b, name=head, rank=0,, "
+         "pid=4503, memory used=0.09GB) was running was 1908.61GB / 2003.52GB (0.952628)",),
     ),
     Signature(  # Determined's master lost an agent, the node it runs on (round 28); its id is the node's name
         "determined_agent_lost", _H, _ROOT,

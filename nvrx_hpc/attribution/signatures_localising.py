@@ -132,6 +132,10 @@ LOCALISING: tuple[Signature, ...] = (
         "stack_in_collective", _D, _CTX, r"distributed_c10d\.py", ("distributed_c10d",), None,
         "a stack inside a collective", ("    all_reduce (torch/distributed/distributed_c10d.py:2501)",),
     ),
+    Signature(  # py-spy's header of a process's main thread: a rank's dump, wherever it waits (hang_suspects.py)
+        "stack_main_thread", _D, _CTX, r"^Thread (?:0x)?[0-9A-Fa-f]+ \([\w ,-]+\): \"MainThread\"", ("MainThread",),
+        None, "a stack dump's main thread", ('Thread 0x7FA6E7C01740 (idle): "MainThread"',),
+    ),
     Signature(  # a pasted `sacct` row of the job itself (no `.step`): Slurm's final state, as if asked (analyze.py);
         # any columns between the id and the state (`--format=JobID,JobName,Partition,QOS,NodeList,Start,End,State`)
         "sacct_job_state", _S, _CTX,

@@ -130,6 +130,9 @@ def _rank_nodes(f: Findings) -> dict[int, str]:
     return {**f.rank_hosts, **map_rank_nodes(f.hits, (*f.records, *f.events))}
 
 
+_FINDING_OF = {"ray_memory_oom_task": "ray_memory_oom"}  # one finding's other lines (a cause's key), round 30
+
+
 def _causes(f: Findings, record_time: dict[int, float]) -> list[_Cause]:
     out: list[_Cause] = []
     for h in f.hits:
@@ -139,7 +142,7 @@ def _causes(f: Findings, record_time: dict[int, float]) -> list[_Cause]:
             "log", h.signature, h.category, _STRENGTH[h.role], h.summary,
             Evidence(h.source, h.text, line=h.line), when, hit_ranks(h),
             (h.node,) if h.node else (), (gpu,) if gpu else (), h.restartable, h.order,
-            f"{h.signature}:{h.fields.get('exc', '')}:{h.fields.get('code', '')}",  # -9 then -6: two findings
+            f"{_FINDING_OF.get(h.signature, h.signature)}:{h.fields.get('exc', '')}:{h.fields.get('code', '')}",
         ))  # fmt: skip
     for r in f.records:
         sig = _SIGNAL_CAUSE.get(r.signal or "")
