@@ -17,6 +17,7 @@ __all__ = ["hang_suspects", "SUSPECT_WHY"]
 
 _ABORTED = re.compile(r"communicator was aborted")  # a rank's NCCL communicator torn down under it
 _PG_OF_LINE = re.compile(r"\[PG (?:ID )?(\d+)\b")  # the process group a watchdog line names
+_SAME_SIZE = ("ALLREDUCE", "BROADCAST", "REDUCE", "_ALLGATHER_BASE", "_REDUCE_SCATTER_BASE")
 
 
 SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
@@ -41,19 +42,23 @@ def _odd_operation(victims: Sequence[Hit]) -> int | None:
     """The one rank whose timed-out work differs from that of at least three others, which agree on it, in
     another operation (at the same call or another: a rank that took another path has counted its calls
     differently too, round 30). One process group's watchdog lines only."""
-    ops: dict[int, tuple[str | None, str, str]] = {}
+    ops: dict[int, tuple[str | None, str, str, str | None]] = {}
     for h in victims:
         if h.signature == "watchdog_timeout" and h.fields.get("seq") and h.fields.get("op"):
-            ops.setdefault(h.rank, (_process_group(h.text), h.fields["seq"], h.fields["op"]))
-    if len(ops) < 4 or len({pg for pg, _seq, _op in ops.values()}) != 1:
+            op = h.fields["op"]  # every rank of these gives the same size; an all-to-all's may differ
+            size = h.fields.get("numel") if op in _SAME_SIZE else None
+            ops.setdefault(h.rank, (_process_group(h.text), h.fields["seq"], op, size))
+    if len(ops) < 4 or len({work[0] for work in ops.values()}) != 1:
         return None
-    counts: dict[tuple[str | None, str, str], list[int]] = {}
+    counts: dict[tuple[str | None, str, str, str | None], list[int]] = {}
     for rank, work in ops.items():
         counts.setdefault(work, []).append(rank)
     if len(counts) != 2:
         return None
     (lone_work, lone), (work, _agreeing) = sorted(counts.items(), key=lambda item: len(item[1]))
-    return lone[0] if len(lone) == 1 and lone_work[2] != work[2] else None
+    # another operation, or the same all-reduce of another size (a rank that left its epoch early reduces its
+    # metrics while the others reduce gradients, round 31)
+    return lone[0] if len(lone) == 1 and lone_work[2:] != work[2:] else None
 
 
 def _dumped_outside_collectives(hits: Sequence[Hit]) -> tuple[int, ...] | None:

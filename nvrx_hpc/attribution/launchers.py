@@ -264,6 +264,8 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
             # DeepSpeed prints the command of the last process it started, whichever child failed: its node's
             # last local rank says only "a rank of this node" (round 23). An earlier one was the one that ended.
             rank = ranks[local] if local is not None and 0 <= local < len(ranks) - 1 else rank
+        elif h.signature == "ds_launcher_exit" and rank is None and _int(h.fields.get("local_rank")) is not None:
+            rank = file_maps.get(h.source, {}).get(_int(h.fields.get("local_rank")))  # the file's launch command
         if rank is None:
             pid = _pid(h)
             rank = pid_rank.get(pid) if pid else None

@@ -68,6 +68,16 @@ def mark_local_prefixes(hits: Sequence[Hit]) -> list[Hit]:
     return out
 
 
+def _one_node(h: Hit) -> bool:
+    """A launch command that runs on one node: `--nnodes=1`, or a whole command line (not continued on the
+    next) that names no node count, rendezvous or master (round 31: `torch.distributed.launch --nproc_per_node=8`)."""
+    nnodes = h.fields.get("nnodes")
+    if nnodes is not None:
+        return nnodes in ("1", "1:1")
+    text = h.text.rstrip()
+    return not text.endswith("\\") and not any(w in text for w in ("--rdzv", "--master", "--node", "NODE_RANK"))
+
+
 def file_local_maps(hits: Sequence[Hit]) -> dict[str, dict[int, int]]:
     """source -> {local rank: global rank} from the file's rendezvous result, doubled prefixes and
     command line, in that order of trust (a local rank two sources disagree on keeps the first)."""
@@ -85,6 +95,8 @@ def file_local_maps(hits: Sequence[Hit]) -> dict[str, dict[int, int]]:
                     target[h.source].setdefault(local, rank)
         elif h.signature == "torchrun_cmd" and h.fields.get("node_rank"):
             cmd.setdefault(h.source, (int(h.fields["node_rank"]), int(h.fields["nproc"])))
+        elif h.signature == "torchrun_cmd" and _one_node(h):
+            cmd.setdefault(h.source, (0, int(h.fields["nproc"])))  # one node: local ranks are the global ones
         elif "rank_tee" in h.fields and h.rank is not None:
             pairs[h.source][int(h.fields["rank_tee"])].add(h.rank)
     out: dict[str, dict[int, int]] = {}

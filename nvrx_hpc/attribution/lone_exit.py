@@ -26,13 +26,16 @@ def lone_exit_rank(hits: Sequence[Hit]) -> list[int]:
 _LAUNCHER_EXITS = ("ds_launcher_exit", "elastic_child_failed", "srun_task_exit")
 
 
-def exited_on_node(nodes: Sequence[str], hits: Sequence[Hit]) -> list[int]:
+def exited_on_node(nodes: Sequence[str], hits: Sequence[Hit], unplaced: bool = False) -> list[int]:
     """[rank] of the one rank a launcher saw exit on the one node of a fault that names no rank (round 11:
     an ECC error's traceback on `gpu-c06`, and DeepSpeed's launcher there reporting `--local_rank=3`, rank
-    11, exiting); [] when that node's launchers report none or several."""
-    if len(set(nodes)) != 1:
+    11, exiting); [] when that node's launchers report none or several. With `unplaced`, a fault and exits that
+    name no node are one node's too (round 31: a GPU's ECC error, and a single node's `torch.distributed.launch`
+    quoting `--local_rank=5`)."""
+    if len(set(nodes)) > 1 or (not nodes and not unplaced):
         return []
-    ranks = {h.rank for h in hits if h.signature in _LAUNCHER_EXITS and h.node == nodes[0] and h.rank is not None
+    node = nodes[0] if nodes else None
+    ranks = {h.rank for h in hits if h.signature in _LAUNCHER_EXITS and h.node == node and h.rank is not None
              and "tee_local" not in h.fields and h.fields.get("code", "1") not in ("0", "")}  # fmt: skip
     return sorted(ranks) if len(ranks) == 1 else []
 

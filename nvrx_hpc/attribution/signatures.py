@@ -393,7 +393,8 @@ CATALOG: tuple[Signature, ...] = (
     Signature(
         "watchdog_timeout", _D, _WEAK,
         # A console that wraps long lines (milabench's) puts the WorkNCCL(...) on the next line.
-        r"Watchdog caught collective operation timeout:(?: Work\w*\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)|\s*$)",
+        r"Watchdog caught collective operation timeout:(?: Work\w*\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
+        r"(?:, NumelIn=(?P<numel>\d+))?|\s*$)",
         ("Watchdog caught",), True, "collective {op} (seq {seq}) timed out",
         ("[rank4]:[E1016 03:31:38.928 ProcessGroupNCCL.cpp:607] [Rank 4] Watchdog caught collective operation "
          "timeout: WorkNCCL(SeqNum=9141, OpType=_ALLGATHER_BASE, NumelIn=19008, NumelOut=152064, "
@@ -468,13 +469,17 @@ CATALOG: tuple[Signature, ...] = (
         ("ChildFailedError", "exitcode:"), True, "torchrun saw a worker fail",
         ("torch.distributed.elastic.multiprocessing.api:[ERROR] failed (exitcode: -6) local_rank: 3 (pid: 1237)",),
     ),
-    Signature(  # DeepSpeed's launcher saw one of its local processes exit
+    Signature(  # DeepSpeed's launcher saw one of its local processes exit; so did torch.distributed.launch before
+        # torchrun, whose CalledProcessError quotes the command of the first process that failed (round 31)
         "ds_launcher_exit", _F, _CASC,
-        r"sigkill_handler\] \[[^\]]*'--local_rank=(?P<local_rank>\d+)'[^\]]*\] "
-        r"exits with return code = (?P<code>-?\d+)",
-        ("exits with return code",), True, "DeepSpeed's launcher saw local rank {local_rank} exit with {code}",
+        r"(?:sigkill_handler\] |CalledProcessError: Command ')\[[^\]]*'--local_rank=(?P<local_rank>\d+)'[^\]]*\]'? "
+        r"(?:exits with return code = |returned non-zero exit status )(?P<code>-?\d+)",
+        ("exits with return code", "returned non-zero exit status"), True,
+        "the launcher saw local rank {local_rank} exit with {code}",
         ("n1: [ERROR] [launch.py:325:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=3'] exits with "
-         "return code = -11",),
+         "return code = -11",
+         "subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=5', '--cv', "
+         "'0']' returned non-zero exit status 1."),
     ),
     Signature(
         "srun_task_exit", _S, _CASC,

@@ -98,6 +98,7 @@ LOCALISING: tuple[Signature, ...] = (
         "torchrun_cmd", _F, _CTX,
         r"(?=.*--nproc[-_]per[-_]node[= ](?P<nproc>\d+)\b)"
         r"(?=(?:.*(?:--node[-_]rank[= ]|\bNODE_RANK=)(?P<node_rank>\d+)\b)?)"
+        r"(?=(?:.*--nnodes[= ](?P<nnodes>\S+))?)"
         r"(?=(?:.*--log[-_]dir[= ](?P<log_dir>[^\s;&|]+))?)"
         r"(?=(?:.*--role[= ](?P<role>\w+))?).*\b(?:torchrun|torch\.distributed\.(?:run|launch))\b",
         ("--nproc_per_node", "--nproc-per-node"), None, "torchrun of {nproc} processes a node",

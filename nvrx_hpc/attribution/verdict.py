@@ -5,11 +5,10 @@ Rule of thumb, in order: the strongest kind of cause present wins (a root signat
 such as a watchdog timeout, over cascade lines); among those, the earliest; GPU hardware evidence on
 the same node explains an application or framework error there; everything after the root on other
 ranks is cascade. Lines printed by the victims of a hang (timeouts, remote-peer errors, stacks inside a
-collective) name who they wait on, not who printed them (`localise.hang_suspects`); teardown lines
-alone give `unknown`; category, restartable and action always agree. A failed node's ranks are the
-job's ranks no source places elsewhere; NaN on ranks of several nodes, or the same error or teardown
-on every rank, names no rank; a host resource that ran out is judged by `resources.judge`.
-"""
+collective) name who they wait on, not who printed them (`hang_suspects`); teardown lines alone give
+`unknown`; category, restartable and action always agree. A failed node's ranks are the job's ranks no
+source places elsewhere; NaN on ranks of several nodes, or the same error or teardown on every rank,
+names no rank; a host resource that ran out is judged by `resources.judge`."""
 
 from __future__ import annotations
 
@@ -337,7 +336,8 @@ def decide(f: Findings) -> Verdict:
         category = Category.UNKNOWN
     if root.category is Category.GPU_HARDWARE and not ranks:
         ranks = (sorted(_ranks_under_gpu(root, causes, rank_nodes)) or ranks_on_buses(root.gpus, root.nodes, f.hits)
-                 or exited_on_node(root.nodes, f.hits) or (lone_exit_rank(f.hits) if not root.nodes else []))
+                 or exited_on_node(root.nodes, f.hits, unplaced=True)
+                 or (lone_exit_rank(f.hits) if not root.nodes else []))
     if root.category is Category.GPU_HARDWARE and not ranks and len(set(root.nodes)) == 1:
         # A GPU that faulted (fell off the bus, hung) silences its rank while the others time out: the
         # silent ranks no source places on another node, one per faulted GPU (a whole node silent says
