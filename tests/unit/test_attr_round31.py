@@ -10,10 +10,13 @@ from nvrx_hpc.attribution.analyze import analyze_run
 from nvrx_hpc.attribution.api import Category
 
 
+ECC = "RuntimeError: cuda runtime error (39) : uncorrectable ECC error encountered at THCCachingHostAllocator.cpp:265"
+
+
 def test_the_legacy_launchers_failed_command_names_the_rank_of_a_gpu_fault(tmp_path):
     log = ["$ python -m torch.distributed.launch --nproc_per_node=8 train.py --dataset cityscapes --cv 0",
            "Traceback (most recent call last):",
-           "RuntimeError: cuda runtime error (39) : uncorrectable ECC error encountered at THCCachingHostAllocator.cpp:265",
+           ECC,
            "Traceback (most recent call last):",
            "subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=5', '--cv', "
            "'0']' returned non-zero exit status 1."]
@@ -23,7 +26,7 @@ def test_the_legacy_launchers_failed_command_names_the_rank_of_a_gpu_fault(tmp_p
 
 def test_a_launch_over_several_nodes_leaves_the_local_rank_unmapped(tmp_path):
     log = ["$ python -m torch.distributed.launch --nnodes=2 --node_rank=$NODE --nproc_per_node=8 train.py",
-           "RuntimeError: cuda runtime error (39) : uncorrectable ECC error encountered at THCCachingHostAllocator.cpp:265",
+           ECC,
            "subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=5']' returned "
            "non-zero exit status 1."]
     v = analyze_run(write_run(tmp_path, {"train.log": log})).verdict
