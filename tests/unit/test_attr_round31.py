@@ -9,7 +9,6 @@ from _attr_helpers import write_run
 from nvrx_hpc.attribution.analyze import analyze_run
 from nvrx_hpc.attribution.api import Category
 
-
 ECC = "RuntimeError: cuda runtime error (39) : uncorrectable ECC error encountered at THCCachingHostAllocator.cpp:265"
 
 
