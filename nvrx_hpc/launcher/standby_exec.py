@@ -29,15 +29,17 @@ from typing import NoReturn
 from nvrx_hpc.core.templates import expand_percent
 from nvrx_hpc.launcher import idle_imports
 
-__all__ = ["PythonCommand", "python_command", "main", "DEFAULT_PRELOAD", "ENV_PRELOAD"]
+__all__ = ["PythonCommand", "python_command", "main", "DEFAULT_PRELOAD", "CHECKPOINT_PRELOAD", "ENV_PRELOAD"]
 
 ENV_PRELOAD = "NVRX_STANDBY_PRELOAD"  # comma-separated modules a standby task imports before it waits
 # Ours and torch's: none reads the rank from the environment at import. A user's own modules are not imported
-# ahead: one that reads RANK at import would read the standby task's, not its rank's. The checkpoint layer's
-# modules are named, not its package: `nvrx_hpc.ckpt` resolves its names lazily, and importing the package
-# alone left pydantic and h5py to the go (1.2 s of the 1.5 s from a go to the restore on the local cluster).
-DEFAULT_PRELOAD = ("torch", "torch.distributed", "nvrx_hpc.worker", "nvrx_hpc.worker.sender",
-                   "nvrx_hpc.ckpt.checkpointer", "nvrx_hpc.ckpt.transport")  # fmt: skip
+# ahead: one that reads RANK at import would read the standby task's, not its rank's.
+DEFAULT_PRELOAD = ("torch", "torch.distributed", "nvrx_hpc.worker", "nvrx_hpc.ckpt")
+# What a script of the checkpoint layer still imports after its go: `nvrx_hpc.ckpt` resolves its names lazily,
+# so the package alone leaves pydantic and h5py to the go (1.2 s of the 1.5 s from a go to the restore on the
+# local cluster). Not in the default: on nodes whose cores the training keeps busy, the next standby's longer
+# imports slowed training by more than the restarts gained (docs/scale.md); add them where cores are idle.
+CHECKPOINT_PRELOAD = ("nvrx_hpc.worker.sender", "nvrx_hpc.ckpt.checkpointer", "nvrx_hpc.ckpt.transport")
 _FLAGS_WITH_VALUE = ("-X", "-W")
 CONNECT_WAIT_S = 30.0
 

@@ -212,8 +212,8 @@ def test_an_unknown_idle_imports_mode_fails_with_its_name(tmp_path):
 
 LATE_IMPORTS = """
 import sys, tempfile
-from nvrx_hpc.launcher.standby_exec import DEFAULT_PRELOAD, _preload
-_preload(list(DEFAULT_PRELOAD))
+from nvrx_hpc.launcher.standby_exec import CHECKPOINT_PRELOAD, DEFAULT_PRELOAD, _preload
+_preload([*DEFAULT_PRELOAD, *CHECKPOINT_PRELOAD])
 before = set(sys.modules)
 import torch
 from nvrx_hpc import worker
@@ -229,10 +229,10 @@ print(",".join(late))
 """
 
 
-def test_the_default_preload_leaves_no_checkpoint_import_to_the_go(tmp_path):
+def test_the_checkpoint_preload_leaves_no_checkpoint_import_to_the_go(tmp_path):
     """What a training script of the checkpoint layer imports after its go (from `nvrx_hpc.ckpt`, whose package
-    resolves its names lazily) is on the restart's path: after the default preload, a save and a restore import
-    none of our modules, pydantic or h5py (the package alone left 1.2 s of them to each go)."""
+    resolves its names lazily) is on the restart's path: after the default and checkpoint preload lists, a save
+    and a restore import none of our modules, pydantic or h5py (the package alone left 1.2 s of them to each go)."""
     done = subprocess.run([sys.executable, "-c", LATE_IMPORTS], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
