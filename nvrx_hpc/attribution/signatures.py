@@ -14,6 +14,7 @@ from __future__ import annotations
 from nvrx_hpc.attribution.api import Category, Role
 from nvrx_hpc.attribution.signature_record import Signature
 from nvrx_hpc.attribution.signatures_localising import LOCALISING
+from nvrx_hpc.attribution.signatures_teardown import TEARDOWN
 
 __all__ = ["Signature", "CATALOG", "catalog_by_id", "XID_HARDWARE", "XID_APPLICATION",
            "VICTIM_SIGNATURES"]
@@ -457,49 +458,7 @@ CATALOG: tuple[Signature, ...] = (
         ("Heartbeat monitor", "watchdog got stuck"), True, "NCCL heartbeat monitor fired",
         ("[rank1]:[F1016 03:40:01] Heartbeat monitor timed out! Process will be terminated after dumping debug info.",),
     ),
-    # ---- teardown and context -------------------------------------------------------------------
-    Signature(
-        "cxx_terminate", _F, _CASC, r"terminate called after throwing an instance of '(?P<type>[^']+)'",
-        ("terminate called",), True, "C++ terminate ({type})",
-        ("terminate called after throwing an instance of 'c10::DistBackendError'",),
-    ),
-    Signature(
-        "elastic_child_failed", _F, _CASC,
-        r"(?:ChildFailedError|failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local_rank>\d+))",
-        ("ChildFailedError", "exitcode:"), True, "torchrun saw a worker fail",
-        ("torch.distributed.elastic.multiprocessing.api:[ERROR] failed (exitcode: -6) local_rank: 3 (pid: 1237)",),
-    ),
-    Signature(  # DeepSpeed's launcher saw one of its local processes exit; so did torch.distributed.launch before
-        # torchrun, whose CalledProcessError quotes the command of the first process that failed (round 31)
-        "ds_launcher_exit", _F, _CASC,
-        r"(?:sigkill_handler\] |CalledProcessError: Command ')\[[^\]]*'--local_rank=(?P<local_rank>\d+)'[^\]]*\]'? "
-        r"(?:exits with return code = |returned non-zero exit status )(?P<code>-?\d+)",
-        ("exits with return code", "returned non-zero exit status"), True,
-        "the launcher saw local rank {local_rank} exit with {code}",
-        ("n1: [ERROR] [launch.py:325:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=3'] exits with "
-         "return code = -11",
-         "subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=5', '--cv', "
-         "'0']' returned non-zero exit status 1."),
-    ),
-    Signature(
-        "srun_task_exit", _S, _CASC,
-        r"srun: error: (?P<node>[\w.-]+): tasks? (?P<tasks>[\d,-]+): (?P<what>Exited with exit code (?P<code>\d+)|"
-        r"Killed|Terminated|Segmentation fault|Aborted|Bus error)",
-        ("srun: error",), True, "srun: task(s) {tasks} on {node}: {what}",
-        ("srun: error: n3: task 3: Exited with exit code 1",),
-    ),
-    Signature(  # the program srun was told to start is not there on that node (a venv not activated)
-        "srun_execve_failed", _A, _ROOT, r"slurmstepd(?:-[\w.-]+)?: error: execve\(\): (?P<prog>\S+): (?P<why>.*)",
-        ("execve()",), False, "srun could not start {prog}: {why}",
-        ("slurmstepd: error: execve(): accelerate: No such file or directory",),
-    ),
-    Signature(
-        "python_exception", _A, _ROOT,
-        r"^(?:\[rank\d+\]: ?)?(?P<exc>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)): (?P<msg>.*)",
-        ("Error: ", "Exception: ", "Interrupt: "), False, "{exc}: {msg}",
-        ("ValueError: shape mismatch: expected [4, 8], got [4, 9]",),
-    ),
-) + LOCALISING
+) + TEARDOWN + LOCALISING
 
 # Hits that victims print about a peer or a collective: who prints them is not who caused them.
 VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "watchdog_dump_progress",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import signal
@@ -26,7 +25,15 @@ from nvrx_hpc.launcher.hub import AgentHub, freeze_long_lived
 from nvrx_hpc.launcher.inprocess_watch import InprocessWatch
 from nvrx_hpc.launcher.ip_store import StoreProcess
 from nvrx_hpc.launcher.monitor import SYSTEM_CLOCK, Clock, StepWatch
-from nvrx_hpc.launcher.policy import Action, Attempt, NodeJudgement, Outcome, RestartPolicy, judge_node
+from nvrx_hpc.launcher.policy import (
+    Action,
+    Attempt,
+    NodeJudgement,
+    Outcome,
+    RestartPolicy,
+    judge_node,
+    refined_by_dumps,
+)
 from nvrx_hpc.launcher.pool import NodePool
 from nvrx_hpc.launcher.refill import Refill, StepGroup
 from nvrx_hpc.launcher.rundir import JobIdentity, claim_run_dir, read_state, write_state
@@ -230,8 +237,7 @@ class Launcher:
     async def _decide(
         self, attempt: Attempt, early: EarlyProbe | None, policy: RestartPolicy, wanted: int, restart: int, index: int
     ) -> ExitCode | None:
-        """What follows a step's end: attribution, the culprit node's fate, and the policy's decision; an exit
-        code when the launcher ends, None when the next attempt starts."""
+        """After a step: attribution, the culprit node's fate, the policy; an exit code, or None to go on."""
         verdict = None
         if attempt.outcome == Outcome.FAILED and self.s.attribution:
             verdict = await self._judge(attempt)
@@ -293,22 +299,12 @@ class Launcher:
         return v
 
     def _refine_culprit(self, attempt: Attempt, verdict: Any) -> Attempt:
-        """A hang: the flight-recorder dumps taken at hang time say which rank never joined the collective the
-        others wait in; that beats the section heuristic (a victim can wait outside any section)."""
-        named = self._fr_culprits
-        if not named and attempt.unsure and verdict is not None:
-            named = tuple(verdict.culprit.ranks)
-        if attempt.finding != "hung" or len(named) != 1:
-            return attempt
-        rank = int(named[0])
-        if rank == attempt.culprit_rank:
-            return attempt
-        ranks = {int(r): node for r, node in self._rank_nodes.items() if str(r).isdigit()}
-        node = ranks.get(rank) or attempt.culprit_node
-        why = f"rank {rank} on {node} holds up the collective (flight recorder): {verdict.root_cause}"
-        self.events.emit("launcher.culprit.refined", node=node, rank=rank, reason=why, was_rank=attempt.culprit_rank,
-                         was_node=attempt.culprit_node, category=verdict.category.value)  # fmt: skip
-        return dataclasses.replace(attempt, culprit_node=node, culprit_rank=rank, reason=why, unsure=False)
+        refined = refined_by_dumps(attempt, verdict, self._fr_culprits, self._rank_nodes)
+        if refined is not attempt:
+            self.events.emit("launcher.culprit.refined", node=refined.culprit_node, rank=refined.culprit_rank,
+                             reason=refined.reason, was_rank=attempt.culprit_rank, was_node=attempt.culprit_node,
+                             category=verdict.category.value)  # fmt: skip
+        return refined
 
     def _end(self, kind: str, reason: str, **detail: Any) -> None:
         """The launcher's last decision: an event, and the outcome `nvrx-hpc status` shows."""
@@ -412,7 +408,8 @@ class Launcher:
         self, index: int, restart: int, env: dict[str, str], socket_template: str, plugin: bool
     ) -> Attempt:
         hub = self.hub
-        self._drain_queue()
+        while not hub.events.empty():  # what the last step's agents said after its end
+            hub.events.get_nowait()
         self.stragglers.new_step()
         ip = self.s.inprocess
         store = f"{self._advertise_host()}:{self._store.port}" if ip.enabled else None
@@ -469,12 +466,6 @@ class Launcher:
         )  # fmt: skip
         return Attempt(Outcome.FAILED, culprit.node, culprit.reason, max_iteration, started, culprit.kind, culprit.rank,
                        unsure)
-
-    def _drain_queue(self) -> None:
-        while not self.hub.events.empty():
-            self.hub.events.get_nowait()
-
-    # ------------------------------------------------------------------ signals and status
 
     def _on_time_limit_warning(self) -> None:
         """Slurm's --signal=B:USR1@N: ask every rank to checkpoint and exit, then requeue."""

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 __all__ = [
+    "refined_by_dumps",
     "Outcome", "Attempt", "Action", "Decision", "RestartPolicy", "NodeEvidence", "NodeJudgement", "judge_node",
 ]  # fmt: skip
 
@@ -159,3 +163,19 @@ def judge_node(
         )
     checked = "health check passed" if evidence.health_ok else "node not checked"
     return NodeJudgement(False, f"software fault on a healthy node ({checked}); restart in place: {why}", "software")
+
+
+def refined_by_dumps(attempt: Attempt, verdict: Any, fr_culprits: tuple, rank_nodes: Mapping[Any, str]) -> Attempt:
+    """A hang: the flight-recorder dumps taken at hang time say which rank never joined the collective the
+    others wait in; that beats the section heuristic (a victim can wait outside any section). `attempt` itself
+    when they name no other single rank."""
+    named = fr_culprits
+    if not named and attempt.unsure and verdict is not None:
+        named = tuple(verdict.culprit.ranks)
+    if attempt.finding != "hung" or len(named) != 1 or int(named[0]) == attempt.culprit_rank:
+        return attempt
+    rank = int(named[0])
+    ranks = {int(r): node for r, node in rank_nodes.items() if str(r).isdigit()}
+    node = ranks.get(rank) or attempt.culprit_node
+    why = f"rank {rank} on {node} holds up the collective (flight recorder): {verdict.root_cause}"
+    return dataclasses.replace(attempt, culprit_node=node, culprit_rank=rank, reason=why, unsure=False)

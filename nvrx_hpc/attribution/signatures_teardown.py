@@ -1,0 +1,58 @@
+"""The catalog's teardown part: what launchers, srun and Python print as a process ends (C++ terminate,
+torchrun's and DeepSpeed's exits, srun's task exits, an uncaught exception). It comes after the failure
+signatures (signatures.py) and before the localising ones, so a line that matches a failure is that failure."""
+
+from __future__ import annotations
+
+from nvrx_hpc.attribution.api import Category, Role
+from nvrx_hpc.attribution.signature_record import Signature
+
+__all__ = ["TEARDOWN"]
+
+_S, _A, _F = Category.SCHEDULER, Category.APPLICATION, Category.FRAMEWORK_CRASH
+_ROOT, _CASC = Role.ROOT, Role.CASCADE
+
+TEARDOWN: tuple[Signature, ...] = (
+    # ---- teardown and context -------------------------------------------------------------------
+    Signature(
+        "cxx_terminate", _F, _CASC, r"terminate called after throwing an instance of '(?P<type>[^']+)'",
+        ("terminate called",), True, "C++ terminate ({type})",
+        ("terminate called after throwing an instance of 'c10::DistBackendError'",),
+    ),
+    Signature(
+        "elastic_child_failed", _F, _CASC,
+        r"(?:ChildFailedError|failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local_rank>\d+))",
+        ("ChildFailedError", "exitcode:"), True, "torchrun saw a worker fail",
+        ("torch.distributed.elastic.multiprocessing.api:[ERROR] failed (exitcode: -6) local_rank: 3 (pid: 1237)",),
+    ),
+    Signature(  # DeepSpeed's launcher saw one of its local processes exit; so did torch.distributed.launch before
+        # torchrun, whose CalledProcessError quotes the command of the first process that failed (round 31)
+        "ds_launcher_exit", _F, _CASC,
+        r"(?:sigkill_handler\] |CalledProcessError: Command ')\[[^\]]*'--local_rank=(?P<local_rank>\d+)'[^\]]*\]'? "
+        r"(?:exits with return code = |returned non-zero exit status )(?P<code>-?\d+)",
+        ("exits with return code", "returned non-zero exit status"), True,
+        "the launcher saw local rank {local_rank} exit with {code}",
+        ("n1: [ERROR] [launch.py:325:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=3'] exits with "
+         "return code = -11",
+         "subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=5', '--cv', "
+         "'0']' returned non-zero exit status 1."),
+    ),
+    Signature(
+        "srun_task_exit", _S, _CASC,
+        r"srun: error: (?P<node>[\w.-]+): tasks? (?P<tasks>[\d,-]+): (?P<what>Exited with exit code (?P<code>\d+)|"
+        r"Killed|Terminated|Segmentation fault|Aborted|Bus error)",
+        ("srun: error",), True, "srun: task(s) {tasks} on {node}: {what}",
+        ("srun: error: n3: task 3: Exited with exit code 1",),
+    ),
+    Signature(  # the program srun was told to start is not there on that node (a venv not activated)
+        "srun_execve_failed", _A, _ROOT, r"slurmstepd(?:-[\w.-]+)?: error: execve\(\): (?P<prog>\S+): (?P<why>.*)",
+        ("execve()",), False, "srun could not start {prog}: {why}",
+        ("slurmstepd: error: execve(): accelerate: No such file or directory",),
+    ),
+    Signature(
+        "python_exception", _A, _ROOT,
+        r"^(?:\[rank\d+\]: ?)?(?P<exc>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)): (?P<msg>.*)",
+        ("Error: ", "Exception: ", "Interrupt: "), False, "{exc}: {msg}",
+        ("ValueError: shape mismatch: expected [4, 8], got [4, 9]",),
+    ),
+)
