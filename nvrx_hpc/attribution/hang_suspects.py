@@ -13,12 +13,18 @@ from nvrx_hpc.attribution.api import Hit
 from nvrx_hpc.attribution.localise import ready_ranks
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
-__all__ = ["hang_suspects", "SUSPECT_WHY"]
+__all__ = ["hang_suspects", "SUSPECT_WHY", "DIVERGED"]
 
 _ABORTED = re.compile(r"communicator was aborted")  # a rank's NCCL communicator torn down under it
 _PG_OF_LINE = re.compile(r"\[PG (?:ID )?(\d+)\b")  # the process group a watchdog line names
+_DESYNC_RANK = re.compile(r"Rank (\d+) is running")  # TORCH_DISTRIBUTED_DEBUG=DETAIL's mismatch report
+_BANNERS = ("pid_rank_banner", "pyspy_dump_banner")  # lines that name the rank of the dump below them
 _SAME_SIZE = ("ALLREDUCE", "BROADCAST", "REDUCE", "_ALLGATHER_BASE", "_REDUCE_SCATTER_BASE")
 
+
+# Ways of finding suspects that took another code path than the others (another operation at the same call, the
+# only rank to enter the collective, a desync report): the program's own divergence, which a restart replays
+DIVERGED = ("mismatch", "alone", "desync")
 
 SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
     "missing": "; named because the others' stall reports list them as missing",
@@ -27,9 +33,18 @@ SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
     "alone": "; named because it alone waited in the collective: the job's other ranks, heard from before, never "
              "entered it",
     "mismatch": "; named because it timed out in another operation than every other rank",
+    "desync": "; named because every collective-mismatch report names it",
     "elsewhere": "; named because its stack dump waits outside any collective while the others' wait in one",
     "none": "; every rank reports it, so the logs do not say who is late",
 }
+
+
+def _desynced(hits: Sequence[Hit]) -> int | None:
+    """The rank that every collective-mismatch report names, when two or more reports name it and no other."""
+    reports = [{int(r) for r in _DESYNC_RANK.findall(h.text)} for h in hits if h.signature == "collective_desync"]
+    reports = [r for r in reports if r]
+    common = set.intersection(*reports) if len(reports) >= 2 else set()
+    return next(iter(common)) if len(common) == 1 else None
 
 
 def _process_group(text: str) -> str | None:
@@ -62,16 +77,27 @@ def _odd_operation(victims: Sequence[Hit]) -> int | None:
 
 
 def _dumped_outside_collectives(hits: Sequence[Hit]) -> tuple[int, ...] | None:
-    """The ranks whose stack dump (one main thread in one file) shows no collective frame, when at least as
-    many dumps sit in one."""
-    mains: dict[str, list[int | None]] = defaultdict(list)
+    """The ranks whose stack dump shows no collective frame, when at least as many dumps sit in one. A dump is a
+    file with one main thread, or in a file of several, what follows a banner naming its rank (`# py-spy dump
+    --pid 2281 (node-3, global rank 0)`, round 32)."""
+    by_source: dict[str, list[Hit]] = defaultdict(list)
     for h in hits:
-        if h.signature == "stack_main_thread":
-            mains[h.source].append(h.rank)
-    inside = {h.source for h in hits if h.signature == "stack_in_collective"}
-    dumps = {source: ranks[0] for source, ranks in mains.items() if len(ranks) == 1 and ranks[0] is not None}
-    waiting = {rank for source, rank in dumps.items() if source in inside}
-    elsewhere = {rank for source, rank in dumps.items() if source not in inside}
+        if h.signature in ("stack_main_thread", "stack_in_collective", *_BANNERS):
+            by_source[h.source].append(h)
+    inside: dict[int, bool] = {}  # rank -> its dump waits in a collective
+    for seq in by_source.values():
+        mains = [h for h in seq if h.signature == "stack_main_thread"]
+        if len(mains) == 1 and mains[0].rank is not None:
+            inside[mains[0].rank] = any(h.signature == "stack_in_collective" for h in seq)
+            continue
+        current: int | None = None  # the rank whose banner the lines are under
+        for h in sorted(seq, key=lambda h: h.line):
+            if h.signature in _BANNERS:
+                current = h.rank
+            elif current is not None and (h.signature == "stack_main_thread" or current in inside):
+                inside[current] = inside.get(current, False) or h.signature == "stack_in_collective"
+    waiting = {rank for rank, waits in inside.items() if waits}
+    elsewhere = set(inside) - waiting
     if not waiting or not elsewhere or len(elsewhere) > len(waiting):
         return None
     return tuple(sorted(elsewhere))
@@ -94,8 +120,13 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
        barrier, round 26), so it is where the job's ranks went out of step.
     Otherwise nobody: every rank reports, so the logs do not say who is late. Before all: the ranks
     Horovod's stall inspector lists as missing (`[missing ranks: 3, 6]`); when it lists every rank but one, that
-    one alone submitted the op (a rank-0-only branch's extra broadcast, round 27) and is named.
+    one alone submitted the op (a rank-0-only branch's extra broadcast, round 27) and is named. First of all:
+    the one rank that every report of TORCH_DISTRIBUTED_DEBUG=DETAIL's check names (`Rank 0 is running
+    collective: ..., but Rank 13 is running ...`, each naming its own rank and the odd one; round 32).
     """
+    desynced = _desynced(hits)
+    if desynced is not None:
+        return (desynced,), "desync"
     listed = [{int(r) for r in h.fields[key].split(", ")} for h in hits for key in ("missing", "missing_op")
               if h.fields.get(key)]  # fmt: skip
     missing = set().union(*listed)

@@ -23,6 +23,8 @@ from nvrx_hpc.attribution.api import Category, Hit, Role
 __all__ = ["sample_addresses", "peer_suspect", "names_peer", "PeerFinding"]
 
 _IP = rb"(?:\d{1,3}\.){3}\d{1,3}"
+# IPv6, with the zone of a link-local one (`fe80::b4f1:9cff:fe2e:61d5%veth3a91c27`: a container's veth, round 32)
+_IP6 = rb"[0-9A-Fa-f]{1,4}:[0-9A-Fa-f:]*:[0-9A-Fa-f]{1,4}(?:%[\w.-]+)?"
 _HOST = rb"[A-Za-z][\w-]*(?:\.[A-Za-z][\w-]*)*"
 # (host group, address group, needle) per pattern; the host comes first unless the pattern says otherwise.
 # A pattern with a needle runs only on the lines holding it (found by bytes.find): run over whole blocks,
@@ -31,7 +33,7 @@ _ADDRESS_LINES = (
     (
         re.compile(
             rb"(" + _HOST + rb"):\d+:\d+ \[\d+\] NCCL INFO (?:Bootstrap|NET/IB|NET/Socket)[^\n]*?Using"
-            rb"[^\n]*?[:\s](" + _IP + rb")<"
+            rb"[^\n]*?[:\s](" + _IP + rb"|" + _IP6 + rb")<"
         ),
         1,
         2,
@@ -51,7 +53,7 @@ _HOST_AT_END = re.compile(rb"(" + _HOST + rb")\Z")
 # The remote end a reporting line names, and its own end (to map addresses to the reporter's host).
 _PEER = re.compile(
     r"(?:from peer|by remote peer|Peer host id:|Call to \w+ (?:from|to)|[Cc]onnect to) ?(?:host )?"
-    r"(?P<peer>[\w.:\-]+?)(?:<\d+>|[\s),]|$)"
+    r"(?P<peer>[\w.:%\-]+?)(?:<\d+>|[\s),]|$)"
 )
 _LOCAL = re.compile(r"(?:localGid|My host id:) ?(?P<local>[\w.:\-]+?)(?:[\s),]|$)")
 _NETWORK_ROLES = (Role.ROOT, Role.WEAK)

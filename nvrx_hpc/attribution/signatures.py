@@ -14,6 +14,7 @@ from __future__ import annotations
 from nvrx_hpc.attribution.api import Category, Role
 from nvrx_hpc.attribution.signature_record import Signature
 from nvrx_hpc.attribution.signatures_localising import LOCALISING
+from nvrx_hpc.attribution.signatures_native import NATIVE
 from nvrx_hpc.attribution.signatures_teardown import TEARDOWN
 
 __all__ = ["Signature", "CATALOG", "catalog_by_id", "XID_HARDWARE", "XID_APPLICATION",
@@ -39,7 +40,7 @@ _IB_COMPLETION = (r"NET/IB(?:/\w+)? ?: Got completion from peer (?P<peer>\S+) wi
                   r"(?:error |status=)(?:[A-Za-z][\w ]*?\()?")
 _SLURM_CANCEL = r"\*\*\* (?:JOB|STEP) (?P<job>[\d.]+(?:\.\w+)?) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
 
-CATALOG: tuple[Signature, ...] = (
+CATALOG: tuple[Signature, ...] = NATIVE + (
     # ---- GPU hardware -------------------------------------------------------------------------
     Signature(
         "xid_hardware", _G, _ROOT, _XID_HEAD + rf"(?P<xid>{_xids(XID_HARDWARE)})\b(?P<rest>.*)",
@@ -391,6 +392,12 @@ CATALOG: tuple[Signature, ...] = (
         ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",),
     ),
     # ---- distributed hang -------------------------------------------------------------------------
+    Signature(  # TORCH_DISTRIBUTED_DEBUG=DETAIL's check: the ranks' code entered different collectives (round 32)
+        "collective_desync", _D, _ROOT, r"Detected mismatch between collectives on ranks",
+        ("mismatch between collectives",), False, "the ranks entered different collectives",
+        ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+         "CollectiveFingerPrint(SequenceNumber=12, OpType=ALLREDUCE, TensorShape=[]), but Rank 3 is running ...",),
+    ),
     Signature(
         "watchdog_timeout", _D, _WEAK,
         # A console that wraps long lines (milabench's) puts the WorkNCCL(...) on the next line.
@@ -464,7 +471,7 @@ CATALOG: tuple[Signature, ...] = (
 VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "watchdog_dump_progress",
                      "heartbeat_stuck",
                      "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout",
-                     "horovod_stall")
+                     "horovod_stall", "collective_desync")
 
 
 def catalog_by_id() -> dict[str, Signature]:

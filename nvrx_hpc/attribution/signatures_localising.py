@@ -122,6 +122,13 @@ LOCALISING: tuple[Signature, ...] = (
         ("pid",), None, "process {pid} of rank {rank}",
         ("| distributed init (rank 6): env://, gpu 2, pid 1843377", "[init] rank=12 local_rank=4 pid=88213"),
     ),
+    Signature(  # a pasted py-spy dump's header naming its rank (round 32: several dumps in one file)
+        "pyspy_dump_banner", _D, _CTX,
+        r"py-spy dump[^\n]*?--pid[ =](?P<pid>\d+)[^\n]{0,120}?(?<![\w-])(?<!local )(?:global_|world_)?rank[ =:]\s*"
+        r"(?P<rank>\d{1,6})\b",
+        ("py-spy dump",), None, "py-spy dump of process {pid}, rank {rank}",
+        ("# py-spy dump --pid 2281988 (gpu-h100-031, local_rank 0 / global rank 0)",),
+    ),
     Signature(  # the same with the pid first (round 26: `Hostname h, pid 40212, rank 1 / size 4, local rank 1`)
         "pid_rank_banner", _D, _CTX,
         r"(?<![\w-])pid[ =:]\s*(?P<pid>\d+)[^\n]{0,120}?(?<![\w-])(?<!local )(?:global_|world_)?rank[ =:]\s*"

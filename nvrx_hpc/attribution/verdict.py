@@ -33,7 +33,7 @@ from nvrx_hpc.attribution.dcp_ranks import failed_ranks
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, fabric_wide
 from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.gpu_bus import rank_on_device, ranks_on_buses
-from nvrx_hpc.attribution.hang_suspects import SUSPECT_WHY, hang_suspects
+from nvrx_hpc.attribution.hang_suspects import DIVERGED, SUSPECT_WHY, hang_suspects
 from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import hit_ranks, ranks_of
 from nvrx_hpc.attribution.localise import known_ranks
@@ -64,9 +64,6 @@ _SLURM_STATES = {  # job state -> (category, strength, restartable, text)
     "CANCELLED": (Category.SCHEDULER, 2, False, "the job was cancelled"),
 }
 # Causes that end a whole node: its ranks are the ones left when the others are placed elsewhere.
-# Hangs whose suspects took another code path than the others (hang_suspects: another operation at the same call,
-# or the only rank to enter the collective): the program's own divergence, which a restart replays (round 28)
-_DIVERGED = ("mismatch", "alone")
 _NODE_LOST = ("node_failure", "slurm.node_fail", "ray_node_dead", "determined_agent_lost")
 _SIGNAL_CAUSE = {  # signal -> (category, strength, text)
     "SIGSEGV": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGSEGV"),
@@ -329,7 +326,7 @@ def decide(f: Findings) -> Verdict:
         suspects, how = hang_suspects(f.hits, universe)
         ranks, nodes_from_co = list(suspects), False
         found_by = SUSPECT_WHY[how]
-        diverged = how in _DIVERGED
+        diverged = how in DIVERGED
     elif root.strength == 1:
         # Only teardown lines (srun task exits, torchrun's summary, terminate): the failure is real,
         # its cause is not in these logs.
@@ -401,7 +398,8 @@ def decide(f: Findings) -> Verdict:
         ranks, nodes = list(resource.ranks), list(resource.nodes)
         found_by += resource.why
     if category is Category.NUMERICAL and (len(nodes) >= 2 or _beyond_one_node(ranks, universe, f)):
-        ranks, nodes, gpus = [], [], []  # NaN on several nodes: the run diverged, no one GPU did it
+        # NaN on several nodes: the run diverged, no one GPU did it; one rank's on two (a rerun) follows its shard
+        ranks, nodes, gpus = ranks if len(ranks) == 1 and len(nodes) >= 2 else [], [], []
     if category is Category.SCHEDULER:
         nodes, ranks, gpus = [], [], []  # a time limit or a cancel is the job's, not a node's
     nodes, gpus = short_hosts(nodes), short_hosts(gpus)
@@ -412,8 +410,9 @@ def decide(f: Findings) -> Verdict:
         restartable = True
     elif resource is not None:
         restartable = resource.restartable
-    if diverged:
-        restartable = False
+    alike = len({r for c in co for r in c.ranks}) >= 2 or len(co) >= 3  # several ranks' lines, none stands out
+    if diverged or category is Category.FRAMEWORK_CRASH and not (ranks or nodes) and alike:
+        restartable = False  # the code took its own path into it, or ranks crashed alike: a restart replays it
     corroborated = any(
         c.kind != root.kind and (set(c.ranks) & set(ranks) or set(c.nodes) & set(nodes)) for c in causes
     ) or (root.kind != "log" and any(c.kind == "log" and c.category is root.category for c in causes))

@@ -1,0 +1,58 @@
+"""The catalog's first part: failures reported from native code before any Python sees them (round 32).
+
+NCCL names the source file of a failed CUDA or system call (`transport/nvls.cc:158 NCCL WARN Cuda failure ...`),
+and that file says which part of the node gave way: the NVSwitch fabric for NVLink SHARP, the node's /dev/shm
+for the shared-memory transport, NCCL's own set-up for the other transports. torch's C++ threads (the NCCL
+watchdog, a work's cleanup) abort with `terminate called ... what(): CUDA error: ...` where a fault reached the
+framework's own code rather than a Python call of the user's. These come before the generic entries of
+signatures.py (`nccl_internal`, `cuda_app_error`), which match the same lines with less to say.
+"""
+
+from __future__ import annotations
+
+from nvrx_hpc.attribution.api import Category, Role
+from nvrx_hpc.attribution.signature_record import Signature
+
+__all__ = ["NATIVE"]
+
+_G, _H, _F = Category.GPU_HARDWARE, Category.HOST, Category.FRAMEWORK_CRASH
+_ROOT = Role.ROOT
+
+NATIVE: tuple[Signature, ...] = (
+    Signature(  # NVLS needs the NVSwitch fabric up: on a node whose fabric manager is down its set-up fails
+        "nccl_nvls_failure", _G, _ROOT, r"transport/nvls\.cc:\d+ NCCL WARN (?:Cuda|CUDA) failure",
+        ("NCCL WARN",), True, "NCCL's NVLink SHARP set-up failed (the node's NVSwitch fabric or fabric manager)",
+        ("hgx-b02:4108:4190 [3] transport/nvls.cc:158 NCCL WARN Cuda failure 1 'invalid argument'",),
+    ),
+    Signature(  # CUDA's cudaErrorSystemNotReady: the fabric manager of an NVSwitch node is not running
+        "cuda_system_not_ready", _G, _ROOT, r"(?:system not yet initialized|cudaErrorSystemNotReady)",
+        ("not yet initialized", "SystemNotReady"), True,
+        "the GPUs' fabric is not ready (the NVSwitch fabric manager is not running)",
+        ("RuntimeError: CUDA error: system not yet initialized",),
+    ),
+    Signature(  # the segment NCCL made is gone: /dev/shm was cleared under the job (systemd's RemoveIPC at a logout)
+        "nccl_shm_removed", _H, _ROOT,
+        r"NCCL WARN [^\n]*shared memory [^\n]*(?:failed|error)[^\n]*No such file or directory",
+        ("shared memory",), True,
+        "NCCL's shared-memory segment was removed under the job (the node's /dev/shm was cleared)",
+        ("n12:2771:2815 [1] misc/shmutils.cc:94 NCCL WARN unlink shared memory /dev/shm/nccl-x7Lb failed, error: "
+         "No such file or directory",),
+    ),
+    Signature(  # another transport's set-up (P2P/IPC, net, collnet) hit a CUDA failure: NCCL's, or its settings'
+        "nccl_transport_cuda_failure", _F, _ROOT,
+        r"transport/(?P<transport>\w+)\.cc:\d+ NCCL WARN (?:Cuda|CUDA) failure",
+        ("NCCL WARN",), True, "NCCL's {transport} transport set-up hit a CUDA failure",
+        ("ip-10-1-2-3:811:811 [0] transport/p2p.cc:298 NCCL WARN Cuda failure 'invalid argument'",),
+    ),
+    Signature(  # a C++ extension's (or nccl-tests') NCCL check failed: `Failed, NCCL error <file>:<line> '<why>'`
+        "cxx_nccl_check_failed", _F, _ROOT, r"^Failed[,:] NCCL error (?P<where>\S+\.(?:cpp|cc|cu|h):\d+)",
+        ("NCCL error",), True, "an NCCL call in native code failed at {where}",
+        ("Failed, NCCL error transformer_engine/pytorch/csrc/userbuffers/userbuffers-host.cpp:223 ''",),
+    ),
+    Signature(  # a memory fault that torch's C++ (the watchdog, a work's cleanup) met: not a Python call's
+        "cxx_cuda_memory_fault", _F, _ROOT,
+        r"what\(\):\s+CUDA error: (?P<what>an illegal memory access was encountered|misaligned address)",
+        ("CUDA error",), True, "torch's C++ aborted on CUDA error: {what}",
+        ("  what():  CUDA error: an illegal memory access was encountered",),
+    ),
+)
