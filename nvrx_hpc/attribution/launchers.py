@@ -201,7 +201,7 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
         rank, node, fields = h.rank, h.node, h.fields
         label = srun_label(h)
         if "srun_label" in fields and rank is not None and str(rank) == fields["srun_label"]:
-            rank = None
+            rank = int(fields["own_rank"]) if "own_rank" in fields else None
         if rank is not None and str(rank) == fields.get("cgroup_task"):
             rank = None  # the cgroup's task is srun's, a launcher: the killed process's rank is not in its path
         if "tasks" in fields:

@@ -7,7 +7,8 @@ the error line (its source line and `raise AssertionError(s)` between them). Ran
 tracebacks interleaved, so the first error line of a message whose raising frame is adjacent decides for
 every line of that message in the file. A library's checks of what the user gave it are the user's error,
 not the library's state: frames in a configuration or argument module, a validation function or
-`torch.testing` (DeepSpeed's `Check batch related parameters` in `runtime/config.py`) stay the application's.
+`torch.testing` (DeepSpeed's `Check batch related parameters` in `runtime/config.py`) stay the application's, and
+so does a message that holds the user's numbers against each other (`15 is not divisible by 2`, round 33).
 rich's boxed tracebacks put each frame's source lines in the box under its header (`│ path.py:242 in f`): the
 last header above the error, within a box's height, is the frame that raised it (round 28, ColossalAI).
 """
@@ -27,6 +28,8 @@ _REACH = 3  # the frame line, its source line, `raise AssertionError(...)`, then
 _RICH_REACH = 16  # a rich frame's header, its context lines (7 by default), the box's end, then the error
 _LIBRARY_PATH = re.compile(r"/(?:site|dist)-packages/(?:" + FRAMEWORK_PACKAGES + r")/")
 _USERS_INPUT = re.compile(r"config|argument|args|valid|testing|assert_close|check", re.IGNORECASE)
+# a message that holds the user's numbers against each other (Megatron's `15 is not divisible by 2`), round 33
+_USERS_NUMBERS = re.compile(r"divisible by|must be (?:a )?multiple of|must be (?:greater|less|smaller|larger) than")
 
 
 def _checks_input(frame: Hit) -> bool:
@@ -54,7 +57,8 @@ def library_asserts(hits: Sequence[Hit]) -> list[Hit]:
         return list(hits)
     inside: set[tuple[str, str]] = set()
     for h in hits:
-        if _is_assert(h) and (any((h.source, h.line - d) in frames for d in range(1, _REACH + 1))
+        if _is_assert(h) and not _USERS_NUMBERS.search(h.fields.get("msg", "")) \
+                and (any((h.source, h.line - d) in frames for d in range(1, _REACH + 1))
                               or _rich_library_frame(h, rich)):
             inside.add((h.source, h.fields.get("msg", "")))
     if not inside:

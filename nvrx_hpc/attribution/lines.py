@@ -303,7 +303,8 @@ def classify_line(
         rank = int(fields.pop("culprit"))
     if "rank" in fields and (rank is None or sig.id == "elastic_box_rank" and label is not None and not label[1]):
         rank = int(fields.pop("rank"))  # torchrun's box names its global rank; an srun label there is a launcher
-    fields.pop("rank", None)
+    if "rank" in fields and label is not None and not label[1]:
+        fields["own_rank"] = fields.pop("rank")  # the line's own rank, for when srun's label is a launcher's
     where = _SRUN_WHERE.search(text)
     if where:
         fields.setdefault("tasks", where.group("tasks"))

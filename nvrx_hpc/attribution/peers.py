@@ -47,6 +47,10 @@ _ADDRESS_LINES = (
 # gpu-c08`, `Starting WORKER 1 at gpu-c08`: Ray's Slurm template), round 29
 _RAY_LOCAL_IP = re.compile(rb"Local node IP: (" + _IP + rb")")
 _STARTING_ON = re.compile(rb"(?:\bat|\bon|\bworker|\bhead|\bnode)[ :]+(" + _HOST + rb")[ \t\r]*\Z", re.IGNORECASE)
+# `ray list nodes --detail`: a node's `node_ip:`, then `hostname:` further down its block (indented lines), round 33
+_RAY_NODE_BLOCK = re.compile(
+    rb"node_ip: (" + _IP + rb")[ \t\r]*\n(?:[ \t]+[^\n]*\n){0,16}?[ \t]+hostname: (" + _HOST + rb")"
+)
 # `<host> (<ip>)`: found from the address back (a pattern that starts with the host is tried at every byte)
 _PAREN_IP = re.compile(rb" \((" + _IP + rb")\)")
 _HOST_AT_END = re.compile(rb"(" + _HOST + rb")\Z")
@@ -98,6 +102,8 @@ def sample_addresses(data: bytes) -> dict[str, str]:
         host = _STARTING_ON.search(above) if line_start > 0 else None
         if host is not None and any(c.isdigit() for c in host.group(1).decode()):
             out.setdefault(m.group(1).decode(), host.group(1).decode())
+    for m in _RAY_NODE_BLOCK.finditer(data):
+        out.setdefault(m.group(1).decode(), m.group(2).decode())
     for m in _PAREN_IP.finditer(data):
         host = _HOST_AT_END.search(data, max(0, m.start() - 128), m.start())
         if host is not None:

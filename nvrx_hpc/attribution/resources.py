@@ -42,6 +42,7 @@ _SSH = re.compile(rb"\bssh\s+(?:-\S+\s+(?:\S+\s+)?)*?(?:[\w.-]+@)?(" + _HOST + r
 _HOST_WORD = re.compile(rb"(?<![\w./@=-])(" + _HOST + rb")(?![\w/])")
 _LOCAL_PATH = re.compile(r"^/(?:tmp|var/tmp|dev/shm|raid\d*|l?scratch[_-]?local|local[\w-]*|nvme[\w-]*|ssd[\w-]*|"
                          r"mnt/(?:local|nvme|ssd)[\w-]*)(?:/|$)")  # fmt: skip
+_SHM_FULL = re.compile(r"/dev/shm/[^\n]*No space left on device|No space left on device[^\n]*/dev/shm/")
 _ENOSPC_PATH = re.compile(r"No space left on device[^'\"/\n]*?['\"]?(/[^'\"\s]+)")
 
 
@@ -180,6 +181,8 @@ def judge(
                 why = f"; the node-local disk of {host} filled while the job's other nodes ran the same work"
                 return Judgement(writers, (host,), True, True, why)
             return Judgement(writers, (host,), False, False, alone_why)
+        if _SHM_FULL.search(text):  # node-local always: several ranks filling it is their node's size, a container's
+            return Judgement((), nodes, False, False, "; /dev/shm is the node's own: its size is the job's limit")
         if len(ranks) >= 2:
             return Judgement((), (), True, False,
                              "; several ranks found it full, so the shared file system is full, not one rank's disk")

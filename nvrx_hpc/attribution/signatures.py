@@ -210,6 +210,11 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("NODE FAILURE", "Node failure"), True, "Slurm reported a node failure",
         ("srun: error: Node failure on n3",),
     ),
+    Signature(  # the kubelet's graceful node shutdown (a cloud VM taken back or maintained): the node went away
+        "k8s_node_shutdown", _H, _ROOT, r"Pod was terminated in response to imminent node shutdown",
+        ("imminent node shutdown",), True, "Kubernetes: the pod's node was shut down",
+        ("97m  Warning  NodeShutdown  pod/job-worker-1  Pod was terminated in response to imminent node shutdown.",),
+    ),
     Signature(  # Ray's GCS lost a node's raylet: the node crashed, hung or fell off the network (Ray 1.x: `and ip:`)
         "ray_node_dead", _H, _ROOT,
         r"The node with node id: \w+ and (?:address|ip): (?P<failed>[\w.:-]+)(?: and node name: \S+)? has been marked "
@@ -401,6 +406,8 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     Signature(
         "watchdog_timeout", _D, _WEAK,
         # A console that wraps long lines (milabench's) puts the WorkNCCL(...) on the next line.
+        # Its own `[Rank N]` names the rank where a launcher's label (srun -l over torchrun) is all the prefix says.
+        r"(?:\[Rank (?P<rank>\d+)\] )?"
         r"Watchdog caught collective operation timeout:(?: Work\w*\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
         r"(?:, NumelIn=(?P<numel>\d+))?|\s*$)",
         ("Watchdog caught",), True, "collective {op} (seq {seq}) timed out",

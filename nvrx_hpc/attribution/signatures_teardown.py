@@ -49,6 +49,12 @@ TEARDOWN: tuple[Signature, ...] = (
         ("execve()",), False, "srun could not start {prog}: {why}",
         ("slurmstepd: error: execve(): accelerate: No such file or directory",),
     ),
+    Signature(  # pdsh ran the launch command on a host that lacks it (127: not found, 126: not runnable), round 33
+        "pdsh_remote_not_found", _A, _ROOT,
+        r"^pdsh@[\w.-]+: (?P<node>[\w.-]+): ssh exited with exit code (?P<code>12[67])\b",
+        ("ssh exited",), False, "the launch command could not run on {node} (pdsh: exit code {code})",
+        ("pdsh@n11: n12: ssh exited with exit code 127",),
+    ),
     Signature(
         "python_exception", _A, _ROOT,
         r"^(?:\[rank\d+\]: ?)?(?P<exc>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)): (?P<msg>.*)",

@@ -63,8 +63,8 @@ _SLURM_STATES = {  # job state -> (category, strength, restartable, text)
     "OUT_OF_MEMORY": (Category.HOST, 3, False, "Slurm's OOM killer ended the job"),
     "CANCELLED": (Category.SCHEDULER, 2, False, "the job was cancelled"),
 }
-# Causes that end a whole node: its ranks are the ones left when the others are placed elsewhere.
-_NODE_LOST = ("node_failure", "slurm.node_fail", "ray_node_dead", "determined_agent_lost")
+# Causes that end a whole node (or never start on it): its ranks are the ones left when the others are placed elsewhere.
+_NODE_LOST = ("node_failure", "slurm.node_fail", "ray_node_dead", "determined_agent_lost", "pdsh_remote_not_found")
 _SIGNAL_CAUSE = {  # signal -> (category, strength, text)
     "SIGSEGV": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGSEGV"),
     "SIGBUS": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGBUS"),
