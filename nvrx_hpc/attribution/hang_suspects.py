@@ -172,7 +172,9 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     # timeout of its own, was not waiting when the others timed out: its traceback's collective frame is where
     # the abort found it, later (a rank-0-only evaluation that outlasted the timeout, round 28).
     aborted = {h.rank for h in hits if h.signature == "python_exception" and _ABORTED.search(h.fields.get("msg", ""))}
-    reporting = {h.rank for h in victims if h.signature != "stack_in_collective" or h.rank not in aborted}
+    # nor is a line saying its communicator was aborted a wait of its own (round 34: rank 0 busy saving)
+    reporting = {h.rank for h in victims if not _ABORTED.search(h.text)
+                 and (h.signature != "stack_in_collective" or h.rank not in aborted)}  # fmt: skip
     reporting |= ready_ranks(hits)
     silent = universe - reporting
     if len(reporting) >= 2 and silent and len(silent) <= max(1, len(universe) // 3):

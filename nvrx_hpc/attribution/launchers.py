@@ -119,8 +119,13 @@ def _ds_child_ranks(hits: Sequence[Hit]) -> dict[str, int]:
         if int(h.fields["kpid"]) not in children[h.node]:
             children[h.node].append(int(h.fields["kpid"]))
     # pids given out in the order of the list: anything else is not a launcher's own listing
-    return {str(pid): mapping[node][k] for node, pids in children.items() if node in mapping
-            and len(pids) == len(mapping[node]) and pids == sorted(pids) for k, pid in enumerate(pids)}  # fmt: skip
+    out = {str(pid): mapping[node][k] for node, pids in children.items() if node in mapping
+           and len(pids) == len(mapping[node]) and pids == sorted(pids) for k, pid in enumerate(pids)}  # fmt: skip
+    for h in hits:  # `process P spawned with command: [... '--local_rank=L' ...]` on a host of the mapping
+        local = int(h.fields.get("local_rank", -1)) if h.signature == "ds_spawned" else -1
+        if h.node in mapping and 0 <= local < len(mapping[h.node]):
+            out.setdefault(h.fields["pid"], mapping[h.node][local])
+    return out
 
 
 def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok: bool = True) -> dict[str, int]:

@@ -387,8 +387,8 @@ def rank_nodes(hits: Iterable[Hit], others: Iterable = ()) -> dict[int, str]:
         if tasks and not tasks.isdigit():
             for r in ranks_of(tasks):
                 nodes.setdefault(r, h.node)
-    for host, ranks in ds_mapping(hits).items():  # DeepSpeed's `global_rank_mapping=` (round 14)
-        for r in ranks:
+    for host, ranks in ds_mapping(hits).items():  # DeepSpeed's `global_rank_mapping=` (round 14); not `localhost`
+        for r in ranks if is_host(host) else ():
             nodes.setdefault(r, host)
     return fill_blocks(nodes, hits)
 

@@ -133,6 +133,11 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         True, "network failure in NCCL transport",
         ("n2:77:90 [0] NCCL WARN Net : Call to recv from 10.0.0.5<5521> failed : Connection reset by peer",),
     ),
+    Signature(  # the OFI plugin cannot reach a peer's EFA address at all (a security group, a subnet), round 34
+        "ofi_address_insert", _N, _ROOT, r"NET/OFI Unable to insert remote address", ("NET/OFI",), True,
+        "NCCL's OFI plugin could not add a peer's address (the fabric between the nodes)",
+        ("ip-10-0-88-14:30112:30261 [0] nccl_net_ofi_rdma.cpp:6112 NCCL WARN NET/OFI Unable to insert remote address",),
+    ),
     Signature(
         "nccl_remote_error", _N, _WEAK,
         r"(?:remote process exited or there was a network error|ncclRemoteError)",
@@ -266,6 +271,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         True, "job was preempted or requeued",
         ("slurmstepd: error: *** JOB 77 ON n2 CANCELLED AT 2024-04-20T09:09:37 DUE TO PREEMPTION ***",
          "slurmstepd: error: *** JOB 60814 ON n2 CANCELLED AT 2022-08-12T02:06:12 DUE TO JOB REQUEUE ***"),
+    ),
+    Signature(  # a cloud taking back a spot/preemptible VM (GCP's metadata notice, AWS's interruption), round 34
+        "cloud_preempted", _S, _ROOT,
+        r"(?:termination is imminent|spot[- ]termination|[Ss]pot [Ii]nstance interruption|[Ii]nstance was preempted)",
+        ("imminent", "termination", "interruption", "preempted"), True, "the cloud took the instance back (spot)",
+        ("start-worker 2025/02/10 20:07:14 GCP Metadata Service says termination is imminent",),
     ),
     Signature(  # weak: srun cancels the step itself when a task dies; a cancel is a cause only alone
         "slurm_cancelled", _S, _WEAK, rf"{_SLURM_CANCEL}(?: DUE TO (?P<why>[A-Za-z_ ]+?))? \*\*\*",

@@ -64,6 +64,12 @@ LOCALISING: tuple[Signature, ...] = (
         ("Killing subprocess",), None, "DeepSpeed killed its child {kpid}",
         ("gpu-k02: [2023-07-19 10:45:06,318] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 52210",),
     ),
+    Signature(  # DeepSpeed's launcher names each child's pid and local rank as it starts it (round 34)
+        "ds_spawned", _F, _CTX,
+        r"\] process (?P<pid>\d+) spawned with command: [^\n]*?'--local_rank=(?P<local_rank>\d+)'",
+        ("spawned with command",), None, "DeepSpeed started process {pid} as local rank {local_rank}",
+        ("[INFO] [launch.py:256:main] process 2219481 spawned with command: ['python', 't.py', '--local_rank=5']",),
+    ),
     Signature(  # Ray Train lists its workers' pids with their global ranks; its log prefix names the pid
         "ray_worker_rank", _F, _CTX, r"\bpid=(?P<pid>\d+)\) world_rank=(?P<rank>\d+)", ("world_rank=",), None,
         "Ray Train worker of rank {rank}",

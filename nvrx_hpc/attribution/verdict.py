@@ -53,7 +53,7 @@ DEFAULT_RESTARTABLE = {
     Category.APPLICATION: False, Category.NUMERICAL: False, Category.FRAMEWORK_CRASH: True,
     Category.DISTRIBUTED_HANG: True, Category.UNKNOWN: True,
 }  # fmt: skip
-_ALIKE = {(Category.UNKNOWN, 1), (Category.FRAMEWORK_CRASH, 2)}  # a cascade's end, a framework's weak error
+_ALIKE = {(Category.UNKNOWN, 1), (Category.FRAMEWORK_CRASH, 2), (Category.NETWORK, 3)}  # see every_node_alike
 _SLURM_STATES = {  # job state -> (category, strength, restartable, text)
     "TIMEOUT": (Category.SCHEDULER, 3, True, "Slurm ended the job at its time limit"),
     "PREEMPTED": (Category.SCHEDULER, 3, True, "Slurm preempted the job"),
