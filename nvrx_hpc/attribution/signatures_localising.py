@@ -203,7 +203,7 @@ LOCALISING: tuple[Signature, ...] = (
         # library_asserts.py takes the last one above an error as the frame that raised it (round 28)
         "rich_frame", _A, _CTX,
         r"│ (?P<path>\S+\.py):\d+(?: in (?P<func>\w+))?",
-        (".py:",), None, "a frame of {path}",
+        ("│ ",), None, "a frame of {path}",  # the box's edge: `.py:` alone is on every logger's line (round 34)
         ("│ /opt/conda/lib/python3.8/site-packages/colossalai/gemini/chunk/chunk.py:242 in set_l2_norm       │",),
     ),
     Signature(
