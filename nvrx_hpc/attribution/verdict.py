@@ -53,7 +53,8 @@ DEFAULT_RESTARTABLE = {
     Category.APPLICATION: False, Category.NUMERICAL: False, Category.FRAMEWORK_CRASH: True,
     Category.DISTRIBUTED_HANG: True, Category.UNKNOWN: True,
 }  # fmt: skip
-_ALIKE = {(Category.UNKNOWN, 1), (Category.FRAMEWORK_CRASH, 2), (Category.NETWORK, 3)}  # see every_node_alike
+# a cascade's end, a framework's weak error, a network error: on every node alike, they name no node
+_ALIKE = {(Category.UNKNOWN, 1), (Category.FRAMEWORK_CRASH, 2), (Category.NETWORK, 3)}
 _SLURM_STATES = {  # job state -> (category, strength, restartable, text)
     "TIMEOUT": (Category.SCHEDULER, 3, True, "Slurm ended the job at its time limit"),
     "PREEMPTED": (Category.SCHEDULER, 3, True, "Slurm preempted the job"),
@@ -352,8 +353,8 @@ def decide(f: Findings) -> Verdict:
         ranks, nodes_from_co = listed, False  # every rank raises a checkpoint's failure: those it lists failed
     if root.kind == "log" and (category, root.strength) in _ALIKE \
             and every_node_alike(root.signature, f.hits, rank_nodes, {*f.listed_nodes, *f.job_nodes}):
-        ranks, nodes_from_co = [], False  # every node of the job ended alike: none stands out (still restartable:
-        # a framework's error on every node is as often another failure's echo as its own)
+        ranks, nodes_from_co = [], False  # every node of the job ended alike: none stands out (a framework
+        # crash that several ranks met alike is then not restartable, below; a network error is the fabric's)
     if (category is Category.APPLICATION or root.signature == "disk_full") and root.kind == "log" and not ranks:
         ranks = lone_exit_rank(f.hits)  # an unranked traceback (or OSError): the one task that exited on its own
     if (category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) or root.signature == "linux_oom_kill") \
