@@ -22,6 +22,7 @@ _LISTING_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](INTERNAL[_-]IP)\b.*$")
 # `kubectl get pods -o wide`: a pod's address and the node it runs on (round 28)
 _POD_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](IP)[ \t]+(NODE)(?:[ \t].*)?$")  # NODE may end the row
 _IP = re.compile(rb"(?:\d{1,3}\.){3}\d{1,3}$")
+_EC2_HOST = re.compile(r"^ip-(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})(?:\.|$)")  # ip-10-1-45-12.ec2.internal
 
 
 def node_aliases(data: bytes) -> dict[str, str]:
@@ -80,6 +81,10 @@ def apply_aliases(
     # A line placed by an address only (a lost node's address, Ray's `ip=` prefix) is on the host the logs
     # pair that address with; an address they pair with no host places nothing.
     names = {**{a: h for a, h in addr_hosts.items() if a[:1].isdigit() or ":" in a}, **aliases}
+    for host in {h.node for h in hits if h.node}:  # EC2's own host names spell their address (round 35)
+        m = _EC2_HOST.match(host)
+        if m:
+            names.setdefault(".".join(m.groups()), host)
     out = []
     for h in hits:
         node = names.get(h.node or h.fields.get("ray_ip", ""), h.node)

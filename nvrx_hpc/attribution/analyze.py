@@ -23,6 +23,7 @@ from nvrx_hpc.attribution.api import SCHEMA_VERSION, FileProblem, Hit, Verdict
 from nvrx_hpc.attribution.cgroup_task import global_cgroup_tasks
 from nvrx_hpc.attribution.channel_ranks import rank_pids_by_channels
 from nvrx_hpc.attribution.crash_exit import aborts_after_exceptions, crash_exits
+from nvrx_hpc.attribution.dump_pids import other_pid_dumps
 from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminated
 from nvrx_hpc.attribution.file_hosts import place_by_file_host
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
@@ -211,7 +212,7 @@ def analyze(
     hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks,
                                listed, aliases)
     hits = place_by_file_host(apply_aliases(hits, rank_hosts, addr_hosts, aliases), listed)
-    hits = shm_bus_errors(hits, disks)
+    hits = shm_bus_errors(other_pid_dumps(hits), disks)
     for r in records:
         if r.traceback:
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)

@@ -68,9 +68,9 @@ _INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank:? (\d{1,
 _NCCL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 # `node=h3`; Megatron's result validation: `Rank 10, node gpu-h03, device 2, iteration 7: Unexpected result nan`
 _NODE_WORD = re.compile(r"(?:\bnode[:=] ?|\bRank \d{1,7}, node )(?P<node>[A-Za-z][\w.-]*)")
-# Ray's prefix of a remote actor's line: `(RayTrainWorker pid=73310, ip=10.8.2.33) ...`; the address is
-# its host's (aliases.py places the line there where the logs pair the address with a host name).
-_RAY_ACTOR = re.compile(r"^\(\w+(?: pid=\d+)?, ip=(?P<ip>[\d.]+|[0-9a-fA-F:]+)\) ")  # `(raylet, ip=A)` too
+# Ray's prefix of a remote actor's line: `(RayTrainWorker pid=73310, ip=10.8.2.33) ...`, SkyPilot's `(node-1 pid=7,
+# ip=A)`; the address is its host's (aliases.py places the line there where the logs pair the address with a host name).
+_RAY_ACTOR = re.compile(r"^\([\w-]+(?: pid=\d+)?, ip=(?P<ip>[\d.]+|[0-9a-fA-F:]+)\) ")  # `(raylet, ip=A)` too
 # Open MPI's own lines about one process: `[h06c0901:07661] Signal: Segmentation fault (11)`
 _OMPI_PROCESS = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+)\] ")
 _DEVICE_WORD = re.compile(r"\bDevice[:=] ?(?P<dev>\d+)")

@@ -387,6 +387,10 @@ def rank_nodes(hits: Iterable[Hit], others: Iterable = ()) -> dict[int, str]:
         if tasks and not tasks.isdigit():
             for r in ranks_of(tasks):
                 nodes.setdefault(r, h.node)
+        if h.signature == "torchrun_cmd" and h.fields.get("node_rank"):  # one node's launcher: its ranks (round 35)
+            node_rank, nproc = int(h.fields["node_rank"]), int(h.fields["nproc"])
+            for r in range(node_rank * nproc, (node_rank + 1) * nproc):
+                nodes.setdefault(r, h.node)
     for host, ranks in ds_mapping(hits).items():  # DeepSpeed's `global_rank_mapping=` (round 14); not `localhost`
         for r in ranks if is_host(host) else ():
             nodes.setdefault(r, host)

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from nvrx_hpc.attribution.api import Hit
 
-__all__ = ["lost_host", "ranks_of_lost_node"]
+__all__ = ["lost_host", "ranks_of_lost_node", "taken_vm"]
 
 _BRACKET = re.compile(r"^([^\[]*)\[([\d,-]+)\](.*)$")
 
@@ -73,3 +73,13 @@ def ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: Mapping[i
     if not left or not shares or len(left) > max(shares) or (len(shares) == 1 and len(left) not in shares):
         return placed
     return sorted(left)
+
+
+def taken_vm(
+    signature: str, nodes: Sequence[str], universe: set[int], rank_nodes: Mapping[int, str]
+) -> tuple[list[str], list[int]]:
+    """The VM a cloud took back (`cloud_preempted`) and its ranks, when the rank map places ranks on it (round 35:
+    EC2's `Server.SpotInstanceTermination` for one worker of two); else no node and no rank, as for Slurm's time
+    limit or a cancel, which end the whole job."""
+    ranks = ranks_of_lost_node(set(nodes), universe, rank_nodes) if signature == "cloud_preempted" else []
+    return (list(nodes), ranks) if ranks else ([], [])

@@ -89,8 +89,20 @@ _ENV_RANK = re.compile(rb"(?m)(?:^|[ \t])(?:export )?(?:RANK|SLURM_PROCID|OMPI_C
                        rb"(\d{1,6})(?=[ \t]|$)")
 
 
-def _command_host(prompt_host: str, command: str) -> str | None:
-    """The host whose state `command`'s output shows, or None when it may show other hosts' lines."""
+# a shell script run at the prompt (`bash examples/pretrain.sh`, `./run.sh`), and what its output shows when it
+# started a one-node launcher there: the launcher's `set -x` trace, or torchrun's per-process OMP banner
+_SCRIPT = re.compile(r"^(?:(?:ba|z|da)?sh\s+(?:-\w+\s+)*)?\S*\.sh\b")
+_STARTED_HERE = re.compile(
+    rb"(?m)^\++ (?:\S+/)?(?:torchrun|python[\d.]*\s+-m\s+torch\.distributed\.(?:run|launch))\b"
+    rb"|^Setting OMP_NUM_THREADS environment variable for each process"
+)
+
+
+def _command_host(prompt_host: str, command: str, output: bytes = b"") -> str | None:
+    """The host whose state `command`'s output shows (`output`, up to the next prompt), or None when it may
+    show other hosts' lines."""
+    if _SCRIPT.match(command.strip()) and _STARTED_HERE.search(output):
+        return prompt_host  # round 35: `bash pretrain_bert_distributed.sh` ran torch.distributed.launch here
     remote = _REMOTE.search(command)
     if remote:
         host = remote.group(1) or remote.group(2)
@@ -120,11 +132,13 @@ def prompt_hosts(data: bytes) -> list[tuple[int, str | None]]:
     if b"@" not in data:
         return found
     line, pos = 1, 0
-    for m in _PROMPT.finditer(data):
+    matches = list(_PROMPT.finditer(data))
+    ends = [m.start() for m in matches[1:]] + [len(data)] * bool(matches)  # its output runs to the next prompt
+    for m, end in zip(matches, ends, strict=True):
         line += data.count(b"\n", pos, m.start())
         pos = m.start()
-        host = m.group(1).decode()
-        found.append((line, _command_host(host, m.group(2).decode(errors="replace"))))
+        output = data[m.end() : end]
+        found.append((line, _command_host(m.group(1).decode(), m.group(2).decode(errors="replace"), output)))
     return found
 
 

@@ -274,8 +274,11 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(  # a cloud taking back a spot/preemptible VM (GCP's metadata notice, AWS's interruption), round 34
         "cloud_preempted", _S, _ROOT,
-        r"(?:termination is imminent|spot[- ]termination|[Ss]pot [Ii]nstance interruption|[Ii]nstance was preempted)",
-        ("imminent", "termination", "interruption", "preempted"), True, "the cloud took the instance back (spot)",
+        r"(?:termination is imminent|spot[- ]termination|[Ss]pot [Ii]nstance interruption|[Ii]nstance was preempted|"
+        r"^i-[0-9a-f]+\s+(?P<node>[A-Za-z][\w-]*)\S*\s.*\bServer\.SpotInstanceTermination|"  # EC2's state reason
+        r"Server\.SpotInstanceTermination|Spot Instance terminated due to|instance-terminated-(?:no-capa|by-pr))",
+        ("imminent", "termination", "interruption", "preempted", "Termination", "terminated"), True,
+        "the cloud took the instance back (spot)",
         ("start-worker 2025/02/10 20:07:14 GCP Metadata Service says termination is imminent",),
     ),
     Signature(  # weak: srun cancels the step itself when a task dies; a cancel is a cause only alone

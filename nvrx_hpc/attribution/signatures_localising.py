@@ -33,6 +33,11 @@ LOCALISING: tuple[Signature, ...] = (
         ("world_size", "WORLD_SIZE", "GLOBAL_RANK", "global rank"), None, "world size",
         ("Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4",),
     ),
+    Signature(  # Megatron prints each rank's global rank once as it seeds it: the file's ranks (round 35)
+        "megatron_seed_rank", _F, _CTX, r"initializing model parallel cuda seeds on global rank (?P<rank>\d+)\b",
+        ("cuda seeds on global rank",), None, "Megatron rank {rank} seeded",
+        ("> initializing model parallel cuda seeds on global rank 5, model parallel rank 0, and data parallel rank 5",),
+    ),
     Signature(
         "elastic_box_host", _F, _CTX, r"^\s+host\s+: (?P<node>[A-Za-z0-9][\w.-]*)\s*$", ("host      :",), None,
         "torchrun failure on host {node}", ("  host      : dgx-b-04",),
@@ -100,13 +105,14 @@ LOCALISING: tuple[Signature, ...] = (
         ("1188190 1188101 Sl do_wait /p/venv/bin/torchrun --nnodes 2 --nproc_per_node 8 --node_rank 1 train.py",),
     ),
     Signature(  # torchrun's command line: its node rank and workers give each local rank its global one,
-        # and `--role rank` makes its tee prefix `[rank<local>]:` (local_ranks.py, round 10)
+        # and `--role rank` makes its tee prefix `[rank<local>]:` (local_ranks.py, round 10); torchtune's `tune run`
+        # passes its options to torchrun (round 35)
         "torchrun_cmd", _F, _CTX,
         r"(?=.*--nproc[-_]per[-_]node[= ](?P<nproc>\d+)\b)"
         r"(?=(?:.*(?:--node[-_]rank[= ]|\bNODE_RANK=)(?P<node_rank>\d+)\b)?)"
         r"(?=(?:.*--nnodes[= ](?P<nnodes>\S+))?)"
         r"(?=(?:.*--log[-_]dir[= ](?P<log_dir>[^\s;&|]+))?)"
-        r"(?=(?:.*--role[= ](?P<role>\w+))?).*\b(?:torchrun|torch\.distributed\.(?:run|launch))\b",
+        r"(?=(?:.*--role[= ](?P<role>\w+))?).*\b(?:torchrun|torch\.distributed\.(?:run|launch)|tune run)\b",
         ("--nproc_per_node", "--nproc-per-node"), None, "torchrun of {nproc} processes a node",
         ("+ torchrun --nnodes=2 --node-rank=1 --nproc-per-node=4 --role rank --tee 3 -m torchtitan.train",),
     ),
@@ -134,6 +140,12 @@ LOCALISING: tuple[Signature, ...] = (
         r"(?P<rank>\d{1,6})\b",
         ("py-spy dump",), None, "py-spy dump of process {pid}, rank {rank}",
         ("# py-spy dump --pid 2281988 (gpu-h100-031, local_rank 0 / global rank 0)",),
+    ),
+    Signature(  # where one pasted dump starts: its command (`py-spy dump --pid 5590`) or py-spy's own first line
+        # (`Process 5590: python3 -u train.py`); a file named after another pid holds it too (dump_pids.py, round 35)
+        "pyspy_process", _D, _CTX, r"(?:py-spy dump[^\n]*?--pid[ =]|^Process )(?P<dump_pid>\d+)(?=: \S|\s*$)",
+        ("py-spy dump", "Process "), None, "stack dump of process {dump_pid}",
+        ("$ sudo py-spy dump --pid 5590", "Process 5590: /srv/venv/bin/python3 -u recipes/train.py"),
     ),
     Signature(  # the same with the pid first (round 26: `Hostname h, pid 40212, rank 1 / size 4, local rank 1`)
         "pid_rank_banner", _D, _CTX,

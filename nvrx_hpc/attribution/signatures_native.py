@@ -44,6 +44,14 @@ NATIVE: tuple[Signature, ...] = (
         ("NCCL WARN",), True, "NCCL's {transport} transport set-up hit a CUDA failure",
         ("ip-10-1-2-3:811:811 [0] transport/p2p.cc:298 NCCL WARN Cuda failure 'invalid argument'",),
     ),
+    Signature(  # pyxis could not start the task's container there (enroot's hooks, ldconfig, the node's driver
+        # libraries): the node's, and pyxis's copy of enroot's log under it is part of the same report (round 35)
+        "container_start_failed", _H, _ROOT,
+        r"(?:^|\berror: )pyxis: (?:container start failed|couldn't start container|\s{3,}\S)",
+        ("pyxis: ",), True, "the task's container did not start on its node (pyxis/enroot)",
+        ("slurmstepd: error: pyxis: container start failed with error code: 1",
+         "slurmstepd: error: pyxis:     nvidia-container-cli: ldcache error: process /sbin/ldconfig failed"),
+    ),
     Signature(  # a C++ extension's (or nccl-tests') NCCL check failed: `Failed, NCCL error <file>:<line> '<why>'`
         "cxx_nccl_check_failed", _F, _ROOT, r"^Failed[,:] NCCL error (?P<where>\S+\.(?:cpp|cc|cu|h):\d+)",
         ("NCCL error",), True, "an NCCL call in native code failed at {where}",

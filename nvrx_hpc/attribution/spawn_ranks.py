@@ -1,7 +1,8 @@
 """The rank of a `torch.multiprocessing.spawn` worker's error under srun's label (round 20).
 
 `mp.spawn` started by srun (one task per node, `srun -l`) reports a worker's failure as `-- Process 2
-terminated with the following error:` followed by the worker's traceback, all under the node's srun label
+terminated with the following error:` followed by the worker's traceback (or, for a worker a signal killed,
+`ProcessExitedException: process 5 terminated with signal SIGSEGV`), all under the node's srun label
 (`1: `). The label is the node's index and the process number its local rank: with the job's world size
 (`global rank 6 of 8`, `world_size=8`) over srun's tasks, the traceback's lines are rank
 label x (world / tasks) + local.
@@ -10,6 +11,7 @@ label x (world / tasks) + local.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Hit
@@ -17,13 +19,14 @@ from nvrx_hpc.attribution.lines import srun_label
 from nvrx_hpc.attribution.rank_blocks import world_sizes
 
 _REACH = 60  # lines of the worker's traceback under the header
-
+# a worker killed by a signal has no traceback: the parent's exception names it (round 35: a SIGSEGV in libtorch_cpu)
+_EXITED = re.compile(r"ProcessExitedException: process (\d+) terminated with (?:signal|exit code)")
 
 
 def spawn_ranks(hits: Sequence[Hit]) -> list[Hit]:
     """`hits` with the lines under each `-- Process L terminated` header given that worker's global rank."""
     headers = [h for h in hits if h.signature == "mp_spawn_process" and srun_label(h) is not None]
-    if not headers:
+    if not headers and not any(_EXITED.search(h.text) and srun_label(h) is not None for h in hits):
         return list(hits)
     tasks = {t for h in hits if h.signature == "srun_task_exit" for t in h.fields.get("tasks", "").split(",")
              if t.isdigit()}  # fmt: skip
@@ -36,8 +39,10 @@ def spawn_ranks(hits: Sequence[Hit]) -> list[Hit]:
         label = srun_label(h)
         owner = next((g for g in reversed(headers) if g.source == h.source and srun_label(g) == label
                       and 0 <= h.line - g.line <= _REACH), None)  # fmt: skip
-        if owner is not None and (h.rank is None or str(h.rank) == label):
-            rank = int(label) * per_node + int(owner.fields["local_rank"])
+        exited = _EXITED.search(h.text) if label is not None else None
+        local = owner.fields["local_rank"] if owner is not None else exited.group(1) if exited else None
+        if local is not None and (h.rank is None or str(h.rank) == label):
+            rank = int(label) * per_node + int(local)
             h = dataclasses.replace(h, rank=rank, fields={**h.fields, "spawn_rank": str(rank)})
         out.append(h)
     return out

@@ -39,7 +39,7 @@ from nvrx_hpc.attribution.lines import hit_ranks, ranks_of
 from nvrx_hpc.attribution.localise import known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
 from nvrx_hpc.attribution.lone_exit import every_node_alike, every_rank_of_node, exited_on_node, lone_exit_rank
-from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node
+from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node, taken_vm
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
 from nvrx_hpc.attribution.resources import DiskRow, judge
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
@@ -362,7 +362,7 @@ def decide(f: Findings) -> Verdict:
         on = sorted({n for c in co for n in c.nodes})  # the one rank seen to end there, or each rank raised it
         at = (root.evidence.source, root.evidence.line)
         ranks = (rank_on_device(root.gpus, rank_nodes) if root.signature == "cuda_oom" else []) \
-            or exited_on_node(on, f.hits) or every_rank_of_node(at, on, f.hits, rank_nodes)
+            or every_rank_of_node(at, on, f.hits, rank_nodes) or exited_on_node(on, f.hits)
     lost_too = root.category is Category.HOST and {n for c in causes if c.signature in _NODE_LOST for n in c.nodes}
     lost: set[str] = set()
     if not ranks and (root.signature in _NODE_LOST or (lost_too and set(root.nodes) == lost_too)):
@@ -401,8 +401,8 @@ def decide(f: Findings) -> Verdict:
     if category is Category.NUMERICAL and (len(nodes) >= 2 or _beyond_one_node(ranks, universe, f)):
         # NaN on several nodes: the run diverged, no one GPU did it; one rank's on two (a rerun) follows its shard
         ranks, nodes, gpus = ranks if len(ranks) == 1 and len(nodes) >= 2 else [], [], []
-    if category is Category.SCHEDULER:
-        nodes, ranks, gpus = [], [], []  # a time limit or a cancel is the job's, not a node's
+    if category is Category.SCHEDULER:  # a time limit or a cancel is the job's; a cloud may take back one VM
+        (nodes, ranks), gpus = taken_vm(root.signature, nodes, universe | set(rank_nodes), rank_nodes), []
     nodes, gpus = short_hosts(nodes), short_hosts(gpus)
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
     if category in (Category.APPLICATION, Category.NUMERICAL):
