@@ -78,6 +78,8 @@ def register(app: typer.Typer) -> None:
             )
         if budget_s is not None and budget_s <= 0:
             raise AttributionError(f"--budget-s {budget_s:g} must be above 0")
+        if not epilog:  # a user pointed at the wrong directory: say so rather than report "unknown, retry"
+            _require_inputs(paths)
         backends = [*settings.post, *(post or [])]
         outcome = run_attribution(
             paths, settings, out_dir=out, write=not no_write, backends=backends, server=server,
@@ -87,3 +89,16 @@ def register(app: typer.Typer) -> None:
             print_json(outcome.to_dict())
         else:
             _print_outcome(outcome)
+
+
+def _require_inputs(paths: list[Path]) -> None:
+    """Raise when `paths` hold no log, event, failure record, health snapshot or dump to analyse."""
+    from nvrx_hpc.attribution.inputs import discover
+    from nvrx_hpc.core.errors import AttributionError
+
+    found = discover(paths)
+    if not any((found.logs, found.events, found.records, found.fr_dumps, found.stacks, found.health)):
+        raise AttributionError(
+            f"nothing to analyse in {', '.join(str(p) for p in paths)}: no log, event, record or dump file",
+            hint="pass the job's run directory (<submit dir>/nvrx-runs/<job id>) or its log files",
+        )

@@ -24,6 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,  # help texts show defaults in brackets (`Partition [the cluster's default].`), not markup
 )
 for _module in (cluster, config, spank, ckpt, node, site, hooks, health, run_cli, attribute, serve, submit, straggler):
     _module.register(app)
@@ -81,6 +82,10 @@ def run() -> None:
             sys.exit(int(ExitCode.USAGE))
         if _state["debug"]:
             raise
+        if isinstance(exc, ModuleNotFoundError) and exc.name:  # an install without one of the package's requirements
+            print_error(f"this command needs the Python package '{exc.name}', which is not installed",
+                        f"install it into this environment (pip install {exc.name}; nvrx-hpc requires torch>=2.4)")
+            sys.exit(int(ExitCode.UNAVAILABLE))
         print_error(f"internal error: {type(exc).__name__}: {exc}", "rerun with --debug for the traceback; report it")
         sys.exit(int(ExitCode.INTERNAL))
     sys.exit(code if isinstance(code, int) else 0)

@@ -92,13 +92,22 @@ def test_cli_human_output_on_loose_files(run_dir):
         (["{case}", "--engine", "turbo"], "attribution.engine = 'turbo' (from the command line) is invalid"),
         (["{case}", "--budget-s", "-1"], "--budget-s -1 must be above 0"),
         (["--nodes"], "--fetch and --nodes need --server URL"),
+        (["{empty}"], "nothing to analyse in"),  # the wrong directory: not a report that says "unknown, retry"
     ],
 )
-def test_cli_errors_are_messages_with_exit_codes(args, message, run_dir):
-    done = cli(*[a.replace("{case}", str(run_dir)) for a in args])
+def test_cli_errors_are_messages_with_exit_codes(args, message, run_dir, tmp_path):
+    (tmp_path / "empty").mkdir()
+    done = cli(*[a.replace("{case}", str(run_dir)).replace("{empty}", str(tmp_path / "empty")) for a in args])
     assert done.returncode == ExitCode.USAGE, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
     assert "hint:" in done.stderr or "error:" in done.stderr
+
+
+def test_help_texts_keep_their_bracketed_defaults():
+    # rich markup would take `[the cluster's default]` for a tag and drop it
+    done = subprocess.run([sys.executable, "-m", "nvrx_hpc", "submit", "--help"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "Partition [the cluster's default]." in " ".join(done.stdout.split())
 
 
 def test_cli_bad_settings_variable(run_dir):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -83,3 +85,12 @@ def test_scavenge_copies_the_newest_version_from_replicas_after_a_node_loss(tree
     assert again.exit_code == 0 and "nothing to scavenge: the newest version (step 2) is already there" in again.stdout
     ok = invoke("verify", "--shared-dir", str(shared))
     assert ok.exit_code == 0 and "restorable" in ok.stdout
+
+
+def test_a_missing_required_package_is_named_not_an_internal_error(tmp_path):
+    # torch stands in for any requirement an install lacks (a site that pip-installed with --no-deps)
+    code = ("import sys; sys.modules['torch'] = None; from nvrx_hpc.cli.main import run; "
+            f"sys.argv = ['nvrx-hpc', 'ckpt', 'ls', '--bb-dir', {str(tmp_path)!r}]; run()")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 69 and "needs the Python package 'torch'" in done.stderr, done.stderr
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
