@@ -29,18 +29,15 @@ def _file_pid(source: str) -> str | None:
 def other_pid_dumps(hits: Sequence[Hit]) -> list[Hit]:
     """`hits` where the lines under another process's dump header, in a file named after one rank and pid, have
     no rank (the header's own line included)."""
-    headers: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    starts: dict[str, list[tuple[int, str]]] = defaultdict(list)  # source -> (line, pid) of each dump header
     for h in hits:
-        if h.signature == "pyspy_process" and _file_pid(h.source) not in (None, h.fields["dump_pid"]):
-            headers[h.source].append((h.line, h.fields["dump_pid"]))
-    if not headers:
+        if h.signature == "pyspy_process" and _file_pid(h.source) is not None:
+            starts[h.source].append((h.line, h.fields["dump_pid"]))
+    if all(pid == _file_pid(s) for s, heads in starts.items() for _, pid in heads):
         return list(hits)
-    starts = {s: sorted(lines + [(h.line, h.fields["dump_pid"]) for h in hits if h.source == s
-                                 and h.signature == "pyspy_process" and h.fields["dump_pid"] == _file_pid(s)])
-              for s, lines in headers.items()}  # fmt: skip
     out = []
     for h in hits:
-        under = [pid for line, pid in starts.get(h.source, ()) if line <= h.line]
+        under = [pid for line, pid in sorted(starts.get(h.source, ())) if line <= h.line]
         if under and under[-1] != _file_pid(h.source) and h.rank is not None:
             h = dataclasses.replace(h, rank=None)
         out.append(h)
