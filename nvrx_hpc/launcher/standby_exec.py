@@ -16,6 +16,7 @@ away before any go (the job ended).
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import runpy
@@ -32,14 +33,15 @@ from nvrx_hpc.launcher import idle_imports
 __all__ = ["PythonCommand", "python_command", "main", "DEFAULT_PRELOAD", "CHECKPOINT_PRELOAD", "ENV_PRELOAD"]
 
 ENV_PRELOAD = "NVRX_STANDBY_PRELOAD"  # comma-separated modules a standby task imports before it waits
-# Ours and torch's: none reads the rank from the environment at import. A user's own modules are not imported
-# ahead: one that reads RANK at import would read the standby task's, not its rank's.
-DEFAULT_PRELOAD = ("torch", "torch.distributed", "nvrx_hpc.worker", "nvrx_hpc.ckpt")
 # What a script of the checkpoint layer still imports after its go: `nvrx_hpc.ckpt` resolves its names lazily,
 # so the package alone leaves pydantic and h5py to the go (1.2 s of the 1.5 s from a go to the restore on the
-# local cluster). Not in the default: on nodes whose cores the training keeps busy, the next standby's longer
-# imports slowed training by more than the restarts gained (docs/scale.md); add them where cores are idle.
+# local cluster).
 CHECKPOINT_PRELOAD = ("nvrx_hpc.worker.sender", "nvrx_hpc.ckpt.checkpointer", "nvrx_hpc.ckpt.transport")
+# Ours and torch's: none reads the rank from the environment at import. A user's own modules are not imported
+# ahead: one that reads RANK at import would read the standby task's, not its rank's. With the garbage
+# collector off while they load (_preload), the whole list costs a task the CPU time that torch alone cost
+# with it on, so the checkpoint modules come at no cost to the training beside it (docs/scale.md).
+DEFAULT_PRELOAD = ("torch", "torch.distributed", "nvrx_hpc.worker", "nvrx_hpc.ckpt", *CHECKPOINT_PRELOAD)
 _FLAGS_WITH_VALUE = ("-X", "-W")
 CONNECT_WAIT_S = 30.0
 
@@ -80,11 +82,25 @@ def python_command(command: list[str]) -> PythonCommand | None:
 
 
 def _preload(modules: list[str]) -> None:
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - the script imports it again and reports its own error
-            sys.stderr.write(f"nvrx-hpc standby: cannot preload {name}: {type(exc).__name__}: {exc}\n")
+    """Imports `modules` with the garbage collector off, then moves what they created out of its reach.
+
+    Importing torch creates some 10^5 objects, and every full collection on the way walks all of them so far
+    for nothing (a module is never garbage); the first collection after the imports would walk them all once
+    more, after the go. With the collector off and the result frozen (`gc.freeze`) the whole list costs a task
+    about what torch alone cost with the collector on, and the go pays none of it (docs/scale.md). A training
+    loop frees its garbage in the young generations, which freezing leaves as they were."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # noqa: BLE001 - the script imports it again and reports its own error
+                sys.stderr.write(f"nvrx-hpc standby: cannot preload {name}: {type(exc).__name__}: {exc}\n")
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
 
 
 class _AgentWait:

@@ -212,8 +212,8 @@ def test_an_unknown_idle_imports_mode_fails_with_its_name(tmp_path):
 
 LATE_IMPORTS = """
 import sys, tempfile
-from nvrx_hpc.launcher.standby_exec import CHECKPOINT_PRELOAD, DEFAULT_PRELOAD, _preload
-_preload([*DEFAULT_PRELOAD, *CHECKPOINT_PRELOAD])
+from nvrx_hpc.launcher.standby_exec import DEFAULT_PRELOAD, _preload
+_preload(list(DEFAULT_PRELOAD))
 before = set(sys.modules)
 import torch
 from nvrx_hpc import worker
@@ -229,11 +229,32 @@ print(",".join(late))
 """
 
 
-def test_the_checkpoint_preload_leaves_no_checkpoint_import_to_the_go(tmp_path):
+def test_the_default_preload_leaves_no_checkpoint_import_to_the_go(tmp_path):
     """What a training script of the checkpoint layer imports after its go (from `nvrx_hpc.ckpt`, whose package
-    resolves its names lazily) is on the restart's path: after the default and checkpoint preload lists, a save
-    and a restore import none of our modules, pydantic or h5py (the package alone left 1.2 s of them to each go)."""
+    resolves its names lazily) is on the restart's path: after the default preload list, a save and a restore
+    import none of our modules, pydantic or h5py (the package alone left 1.2 s of them to each go)."""
     done = subprocess.run([sys.executable, "-c", LATE_IMPORTS], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
+
+
+PRELOAD_GC = """
+import gc, sys
+from nvrx_hpc.launcher.standby_exec import _preload
+if sys.argv[1] == "off":
+    gc.disable()
+_preload(["json", "no_such_module_here", "xml.dom.minidom"])
+print(gc.isenabled(), gc.get_freeze_count() > 0, "xml.dom.minidom" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("collector, enabled_after", [("on", "True"), ("off", "False")])
+def test_the_preload_runs_without_the_collector_and_freezes_what_it_loaded(collector, enabled_after):
+    """The preload's objects end in the permanent generation and the collector comes back as it was, even
+    after a module that cannot be imported (which is reported, not raised)."""
+    done = subprocess.run([sys.executable, "-c", PRELOAD_GC, collector], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [enabled_after, "True", "True"]
+    assert "cannot preload no_such_module_here: ModuleNotFoundError" in done.stderr
