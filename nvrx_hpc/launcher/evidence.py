@@ -14,7 +14,7 @@ from typing import Any
 from nvrx_hpc.core.errors import NvrxError
 from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
-from nvrx_hpc.launcher.policy import Attempt, NodeEvidence
+from nvrx_hpc.launcher.policy import Attempt, NodeEvidence, Outcome
 from nvrx_hpc.slurm.api import SlurmBackend
 from nvrx_hpc.slurm.commands import srun_argv
 
@@ -84,20 +84,36 @@ async def quick_health(node: str, env: dict[str, str], timeout: float = HEALTH_P
 
 
 class EarlyProbe:
-    """The culprit node's quick health check, started as soon as its step has ended so that it runs beside
-    attribution: each takes tenths of a second (an srun; reading the logs and dumps) and the restart waits for
-    both. Attribution may move a hang's culprit to another node; this check is then cancelled and that node
-    gets its own."""
+    """A node's quick health check, started before the launcher needs its result: at the step's first finding,
+    while the settle window and the step's stop run (`for_finding`), so that what follows the stop waits for
+    attribution alone. Each takes tenths of a second (an srun; reading the logs and dumps). When the culprit
+    turns out to be on another node (a later finding, or attribution moving a hang's culprit), this check is
+    cancelled and that node gets its own."""
 
     def __init__(self, node: str, task: asyncio.Task[HealthProbe]) -> None:
         self.node = node
         self._task = task
 
     @classmethod
-    def start(cls, attempt: Attempt, env: dict[str, str]) -> EarlyProbe | None:
-        if not attempt.culprit_node or attempt.finding not in PROBED_FINDINGS:
+    def for_finding(cls, node: str | None, finding: str, env: dict[str, str]) -> EarlyProbe | None:
+        if not node or finding not in PROBED_FINDINGS:
             return None
-        return cls(attempt.culprit_node, asyncio.create_task(quick_health(attempt.culprit_node, env)))
+        return cls(node, asyncio.create_task(quick_health(node, env)))
+
+    @classmethod
+    def start(cls, attempt: Attempt, env: dict[str, str]) -> EarlyProbe | None:
+        return cls.for_finding(attempt.culprit_node, attempt.finding or "", env)
+
+    @classmethod
+    def for_attempt(cls, attempt: Attempt, started: EarlyProbe | None, env: dict[str, str]) -> EarlyProbe | None:
+        """The check for the attempt that just ended: `started` (begun at its first finding) when it runs on the
+        culprit node, else a new one there; none when the attempt did not fail."""
+        if started is not None and (attempt.outcome != Outcome.FAILED or started.node != attempt.culprit_node):
+            started.cancel()
+            started = None
+        if attempt.outcome != Outcome.FAILED:
+            return None
+        return started or cls.start(attempt, env)
 
     async def result_for(self, node: str) -> HealthProbe | None:
         """The check's result when it ran on `node`; None (and the check cancelled) when it did not."""

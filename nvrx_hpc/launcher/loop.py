@@ -57,10 +57,8 @@ log = logging.getLogger(__name__)
 
 
 class Launcher:
-    def __init__(
-        self, settings: RunSettings, ctx: JobContext, backend: SlurmBackend, runner: CommandRunner,
-        clock: Clock = SYSTEM_CLOCK,
-    ) -> None:
+    def __init__(self, settings: RunSettings, ctx: JobContext, backend: SlurmBackend, runner: CommandRunner,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.s = settings
         self._clock = clock
         self.ctx = ctx
@@ -84,6 +82,7 @@ class Launcher:
         self._store = StoreProcess()  # in-process restart's meeting place, when it is on
         self._inprocess: InprocessWatch | None = None  # the last step's, when in-process restart is on
         self._excluding: list[asyncio.Future] = []  # nodes lost in-process, being excluded
+        self._early: EarlyProbe | None = None  # the health check begun at the running step's first finding
 
     # ------------------------------------------------------------------ set-up
 
@@ -225,7 +224,7 @@ class Launcher:
             attempt = await self._run_step(index, restart, env, socket_template, plugin)
             self.history.append(attempt)
             self._write_state()
-            early = EarlyProbe.start(attempt, self._env) if attempt.outcome == Outcome.FAILED else None
+            early, self._early = EarlyProbe.for_attempt(attempt, self._early, self._env), None
             try:
                 code = await self._decide(attempt, early, policy, wanted, restart, index)
             finally:
@@ -428,7 +427,8 @@ class Launcher:
         if standby is None:
             await step.start()
         watch = StepWatch(self.hub, self.events, self.s, self._clock)
-        watch.pid_exits_are_deaths = standby is not None
+        watch.pid_exits_are_deaths, watch.world = standby is not None, world
+        watch.on_first_finding = lambda f: setattr(self, "_early", EarlyProbe.for_finding(f.node, f.kind, self._env))
         if self.s.standby:  # the next attempt's ranks import while this one trains (standby_step.py)
             watch.on_first_iteration = lambda: self._standby.prepare(
                 restart + 1, sort_hosts(self.pool.active + self.pool.spares), spec, {**layout.env})

@@ -43,6 +43,8 @@ class StepWatch:
         self.rank_nodes: dict[str, str] = {}  # rank -> the node it ran on, after the step
         self.inprocess: Any = None  # an InprocessWatch when in-process restart is on: it takes what it recovers
         self.on_first_iteration: Any = None  # called once the step trains: standby steps start then
+        self.on_first_finding: Any = None  # called with the step's first finding: the node's health check starts
+        self.world: int | None = None  # the step's ranks: when every one of them has a finding, nothing is awaited
         # A standby step's ranks register through the worker API only, so no SPANK exit status ever follows the
         # PID watch's word; a rank that exits without its worker's goodbye (w.bye, sent at a clean exit) died.
         self.pid_exits_are_deaths = False
@@ -81,7 +83,7 @@ class StepWatch:
                 if self._error is not None:
                     raise self._error
                 now = self.clock.monotonic()
-                if self._first_at is not None and now - self._first_at >= SETTLE_S:
+                if self._first_at is not None and (now - self._first_at >= SETTLE_S or self._every_rank_found()):
                     break
                 if not waiter.done() and self.inprocess is not None and self.inprocess.all_exited():
                     # every task left has exited; srun would wait for a lost node's until Slurm marks it down
@@ -181,7 +183,16 @@ class StepWatch:
         self._findings.append(finding)
         self.events.emit(f"launcher.rank.{finding.kind}", node=finding.node, rank=finding.rank,
                          reason=finding.reason, sections=list(finding.sections))
-        self._first_at = self._first_at or self.clock.monotonic()
+        if self._first_at is None:
+            self._first_at = self.clock.monotonic()
+            if self.on_first_finding is not None:
+                self.on_first_finding(finding)
+
+    def _every_rank_found(self) -> bool:
+        """Every rank of the step has its finding (all of a hang's ranks passed their deadline): the settle
+        window has nothing left to wait for."""
+        found = {f.rank for f in self._findings if f.rank is not None}
+        return self.world is not None and len(found) >= self.world
 
     def _silent_agent(self, nodes: list[str], silenced: set[str]) -> HubEvent | None:
         """An agent whose link is up but says nothing (a node that lost power sends no reset; a stopped

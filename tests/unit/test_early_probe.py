@@ -70,3 +70,27 @@ def test_findings_that_are_not_software_faults_get_no_early_check():
     assert EarlyProbe.start(_attempt("agent_lost"), {}) is None  # the node itself is the evidence
     assert EarlyProbe.start(_attempt("health"), {}) is None
     assert EarlyProbe.start(_attempt("exited", node=None), {}) is None
+
+
+def test_a_check_begun_at_the_first_finding_serves_the_culprit_on_its_node_and_is_dropped_elsewhere(tmp_path,
+                                                                                                     monkeypatch):
+    """The loop begins the check when the step's first finding arrives (`for_finding`); at the step's end the
+    culprit keeps it when it is on that node, and gets a check of its own when a later finding moved it."""
+    _fake_check(tmp_path, monkeypatch, 0.3)
+
+    async def scenario():
+        begun = EarlyProbe.for_finding("n2", "exited", {**os.environ})
+        kept = EarlyProbe.for_attempt(_attempt("exited"), begun, {**os.environ})
+        moved_from = EarlyProbe.for_finding("n7", "hung", {**os.environ})
+        moved = EarlyProbe.for_attempt(_attempt("hung", node="n2"), moved_from, {**os.environ})
+        finished = EarlyProbe.for_finding("n2", "exited", {**os.environ})
+        after_success = EarlyProbe.for_attempt(Attempt(Outcome.SUCCEEDED, started_at=time.time()), finished, {})
+        await asyncio.sleep(0)
+        results = (await kept.result_for("n2"), await moved.result_for("n2"))
+        return begun, kept, moved_from, moved, finished, after_success, results
+
+    begun, kept, moved_from, moved, finished, after_success, results = asyncio.run(scenario())
+    assert kept is begun and moved is not moved_from and moved.node == "n2" and after_success is None
+    assert moved_from._task.cancelled() and finished._task.cancelled()
+    assert all(probe.health_ok for probe in results)
+    assert EarlyProbe.for_finding("n2", "agent_lost", {}) is None and EarlyProbe.for_finding(None, "hung", {}) is None

@@ -197,3 +197,49 @@ def test_a_lost_node_does_not_hold_the_stop_once_the_other_nodes_ranks_exited(tm
     assert [(f.kind, f.node) for f in findings] == [("agent_lost", "n2")] and rc == -9
     assert killed_after < 1.5  # not the 2 s grace (stop_grace_s 0 + 2) srun would wait for n2's tasks
     assert "launcher.step.lost_node_wait_cut" in events
+
+
+def _hung(node: str, rank: int) -> HubEvent:
+    return _rank_event(node, rank, "hung", reason=f"rank {rank} on {node} hung: no heartbeat")
+
+
+def test_the_first_finding_is_handed_on_at_once_and_a_hang_of_every_rank_ends_the_settle_window(tmp_path):
+    """The loop starts the node's health check from the first finding, while the watch still settles. Once
+    every rank of the step is found hung there is nothing left to wait for: the step stops with the fake clock
+    standing still (it never reaches the settle window's end)."""
+
+    async def scenario():
+        clock = FakeClock()
+        watch, hub = _watch(tmp_path, ["n1", "n2"], clock)
+        watch.world = 4
+        handed: list = []
+        watch.on_first_finding = handed.append
+        step = ScriptedStep()
+        for node, rank in (("n2", 3), ("n1", 0), ("n1", 1), ("n2", 2)):
+            hub.events.put_nowait(_hung(node, rank))
+        findings, _iteration, _rc = await asyncio.wait_for(watch.run(step, ["n1", "n2"]), 10)
+        return findings, handed, step
+
+    findings, handed, step = asyncio.run(scenario())
+    assert sorted(f.rank for f in findings) == [0, 1, 2, 3] and step.stopped
+    assert [(f.kind, f.rank) for f in handed] == [("hung", 3)]
+
+
+def test_a_hang_of_some_ranks_still_waits_out_the_settle_window(tmp_path):
+    async def scenario():
+        clock = FakeClock()
+        watch, hub = _watch(tmp_path, ["n1", "n2"], clock)
+        watch.world = 4
+        step = ScriptedStep()
+        hub.events.put_nowait(_hung("n2", 3))
+        hub.events.put_nowait(_hung("n1", 0))
+        stopped_early = False
+        task = asyncio.ensure_future(watch.run(step, ["n1", "n2"]))
+        await asyncio.sleep(0.3)  # the fake clock stands still: only a full set of findings could end it
+        stopped_early = task.done()
+        clock.now += 0.6
+        findings, _iteration, _rc = await asyncio.wait_for(task, 10)
+        return findings, stopped_early
+
+    findings, stopped_early = asyncio.run(scenario())
+    assert not stopped_early and sorted(f.rank for f in findings) == [0, 3]
