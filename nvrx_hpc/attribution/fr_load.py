@@ -108,10 +108,15 @@ def rank_from_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+_SEQUENCES = frozenset((list, tuple))
+
+
 def _tuple(value: Any) -> tuple:
-    if isinstance(value, (list, tuple)):
-        return tuple(_tuple(v) for v in value)
-    return value
+    if type(value) not in _SEQUENCES:
+        return value
+    if _SEQUENCES.isdisjoint(map(type, value)):  # a flat list (sizes, dtypes): no call per element
+        return tuple(value)
+    return tuple([_tuple(v) for v in value])
 
 
 def _int(value: Any, default: int = -1) -> int:
@@ -185,20 +190,33 @@ def _entry(raw: dict) -> FREntry:
     )
 
 
+_CONTAINERS = frozenset((dict, list, tuple))  # exact types: the loaders above make no subclasses
+
+
 def _check_tree_size(data: Any, budget: int, source: str) -> None:
-    """Count `data` as a tree (a shared container once per reference) and refuse it past `budget` nodes."""
-    stack, seen = [data], 0
+    """Count `data` as a tree (a shared container once per reference) and refuse it past `budget` nodes.
+
+    Scalars are counted by their containers' lengths, never visited one by one: a dump is mostly scalars
+    (some 50 per entry), and visiting each cost more than parsing the entries."""
+    stack, seen = [data], 1
     while stack:
         obj = stack.pop()
-        seen += 1
+        kind = type(obj)
+        if kind is dict:
+            seen += 2 * len(obj)
+            if not _CONTAINERS.isdisjoint(map(type, obj)):
+                stack.extend(k for k in obj if type(k) in _CONTAINERS)
+            items = obj.values()
+        elif kind is list or kind is tuple:
+            seen += len(obj)
+            items = obj
+        else:
+            continue
         if seen > budget:
             raise AttributionError(f"{source}: the dump describes more than {budget} values; refused as hostile",
                                    hint="a real dump is never larger unpacked than a few times its file")
-        if isinstance(obj, dict):
-            stack.extend(obj.keys())
-            stack.extend(obj.values())
-        elif isinstance(obj, (list, tuple)):
-            stack.extend(obj)
+        if not _CONTAINERS.isdisjoint(map(type, items)):
+            stack.extend(v for v in items if type(v) in _CONTAINERS)
 
 
 def parse_dump(data: Any, source: str, rank: int) -> FRDump:
