@@ -10,8 +10,10 @@ from _health_helpers import SimNode, policy
 from nvrx_hpc.health.api import Level, Verdict
 from nvrx_hpc.health.backends import NoGpuBackend
 from nvrx_hpc.health.gpu_nvml import NvmlBackend
-from nvrx_hpc.health.registry import REGISTRY, CheckContext, select_checks
+from nvrx_hpc.health.registry import REGISTRY, CheckContext, all_checks, select_checks
 from nvrx_hpc.health.runner import run_one
+
+all_checks()  # the check modules register on first use: a test run alone must not find REGISTRY empty
 
 GPU_CHECKS = [
     "gpu.count", "gpu.xid", "gpu.ecc", "gpu.remapped_rows", "gpu.retired_pages", "gpu.recovery_action",
