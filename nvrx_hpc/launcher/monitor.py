@@ -52,6 +52,7 @@ class StepWatch:
         self._nodes: list[str] = []
         self._findings: list[Finding] = []
         self._tentative: list[Finding] = []
+        self._exited: set[tuple[str, int]] = set()  # (node, rank) of every exit reported, failure or not
         self._iterations: list[int] = []
         self._first_at: float | None = None
         self._first_iteration_seen = False
@@ -68,7 +69,7 @@ class StepWatch:
         keeps time: the settle window, the step's end, silent agents.
         """
         self._nodes = nodes
-        self._findings, self._tentative, self._iterations = [], [], []
+        self._findings, self._tentative, self._iterations, self._exited = [], [], [], set()
         self._first_at = None
         self._first_iteration_seen = False
         self._error = None
@@ -129,8 +130,15 @@ class StepWatch:
         node's tasks, which never answer: once every rank of the other nodes has exited, the step is over."""
         stopping = asyncio.ensure_future(step.stop(self.s.stop_grace_s + 2))
         healthy = {int(r) for r, node in self.rank_nodes.items() if node in self._nodes and node not in lost}
-        exited: set[int] = set()
+        # Ranks of the healthy nodes may have ended before the stop (a peer's lost connection ends them): the
+        # watch saw those exits, and no other report of them comes now.
+        exited = {rank for node, rank in self._exited if node not in lost}
         while lost and healthy and not stopping.done():
+            if healthy <= exited:
+                self.events.emit("launcher.step.lost_node_wait_cut", reason="every rank of the healthy nodes "
+                                 "exited; srun only waits for the lost nodes' tasks")  # fmt: skip
+                step.kill()
+                break
             try:
                 event = await asyncio.wait_for(self.hub.events.get(), timeout=0.05)
             except asyncio.TimeoutError:
@@ -138,11 +146,6 @@ class StepWatch:
             msg = event.msg
             if isinstance(msg, m.RankEvent) and msg.event is RankEventKind.EXITED and event.node not in lost:
                 exited.add(msg.rank)
-            if healthy <= exited:
-                self.events.emit("launcher.step.lost_node_wait_cut", reason="every rank of the healthy nodes "
-                                 "exited; srun only waits for the lost nodes' tasks")  # fmt: skip
-                step.kill()
-                break
         await stopping
 
     def _take(self, event: HubEvent) -> None:
@@ -162,6 +165,8 @@ class StepWatch:
         if iteration is not None:
             self._iterations.append(iteration)
         msg = event.msg
+        if isinstance(msg, m.RankEvent) and msg.event is RankEventKind.EXITED:
+            self._exited.add((event.node, msg.rank))
         if (isinstance(msg, m.RankEvent) and msg.event is RankEventKind.FIRST_ITERATION
                 and not self._first_iteration_seen):  # fmt: skip
             self._first_iteration_seen = True

@@ -243,3 +243,37 @@ def test_a_hang_of_some_ranks_still_waits_out_the_settle_window(tmp_path):
 
     findings, stopped_early = asyncio.run(scenario())
     assert not stopped_early and sorted(f.rank for f in findings) == [0, 3]
+
+
+def test_a_lost_node_does_not_hold_the_stop_when_the_other_ranks_ended_before_it(tmp_path):
+    """A node is lost; its peers' connections break and they end by themselves within the settle window, each
+    after its worker's goodbye (no failure of theirs). No exit of theirs can follow the stop: the ones the watch
+    already saw count, and the stop does not wait out srun's grace for the lost node's tasks."""
+
+    async def scenario():
+        clock = FakeClock()
+        watch, hub = _watch(tmp_path, ["n1", "n2"], clock, agent_silent_s=15.0)
+        watch.pid_exits_are_deaths = True
+        hub.agents["n1"].ranks = {"0": {}, "1": {}}
+        hub.agents["n2"].ranks = {"2": {}, "3": {}}
+        hub.agents["n2"].last_seen = clock.now - 16
+        step = LostNodeStep()
+        loop = asyncio.get_running_loop()
+
+        async def advance():
+            for i in range(40):
+                await asyncio.sleep(0.01)
+                clock.now += 0.02
+                hub.agents["n1"].last_seen = clock.now
+                if i == 3:
+                    for rank in (0, 1):
+                        hub.events.put_nowait(_rank_event("n1", rank, "exited", reason="finished"))
+        task = asyncio.ensure_future(advance())
+        started = loop.time()
+        result = await watch.run(step, ["n1", "n2"])
+        await task
+        return result, step.killed_at - started
+
+    (findings, _iteration, _rc), killed_after = asyncio.run(scenario())
+    assert [(f.kind, f.node) for f in findings] == [("agent_lost", "n2")]
+    assert killed_after < 1.5  # not the 2 s grace (stop_grace_s 0 + 2)
