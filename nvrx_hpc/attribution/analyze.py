@@ -40,6 +40,7 @@ from nvrx_hpc.attribution.localise import (
     sample_file,
     traceback_ranks,
 )
+from nvrx_hpc.attribution.node_ranks import shared_node_ranks
 from nvrx_hpc.attribution.output_blocks import block_ranks
 from nvrx_hpc.attribution.prompts import place_by_prompts, read_prompts
 from nvrx_hpc.attribution.resources import DiskRow, shm_bus_errors
@@ -223,7 +224,7 @@ def analyze(
     hits = name_victims(drop_recovered(traceback_ranks(hits, headers=("ray_task_error",))))
     hits = quiet_terminated(aborts_after_exceptions(crash_exits(library_asserts(hits))))
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked
-    hits = hang_before_limit(hung_cancels(own_cancels(other_jobs_ends(hits))))
+    hits = shared_node_ranks(hang_before_limit(hung_cancels(own_cancels(other_jobs_ends(hits)))))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     dumps = files.fr_dumps if since is None else [p for p in files.fr_dumps if _mtime(p) >= since]

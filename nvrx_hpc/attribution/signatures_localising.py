@@ -116,6 +116,14 @@ LOCALISING: tuple[Signature, ...] = (
         ("--nproc_per_node", "--nproc-per-node"), None, "torchrun of {nproc} processes a node",
         ("+ torchrun --nnodes=2 --node-rank=1 --nproc-per-node=4 --role rank --tee 3 -m torchtitan.train",),
     ),
+    Signature(  # accelerate's command line as a job script echoes it per node: its machine rank (node_ranks.py:
+        # two nodes launched with one machine rank collide, round 36)
+        "accelerate_cmd", _F, _CTX,
+        r"(?:\blaunching on (?P<host>[\w.-]+)\b[^\n]*?)?\baccelerate launch\b"
+        r"(?=.*--num[-_]machines[= ](?P<nnodes>\d+)\b)(?=.*--machine[-_]rank[= ](?P<node_rank>\d+)\b)",
+        ("accelerate launch",), None, "accelerate launch as machine {node_rank} of {nnodes}",
+        ("launching on hpc-g032 with: accelerate launch --num_machines 2 --num_processes 8 --machine_rank 0",),
+    ),
     Signature(  # torchrun's rendezvous result: the global ranks of this node's local ranks (round 10)
         "elastic_rdzv_ranks", _F, _CTX,
         r"(?:\blocal_ranks=\[(?P<locals>[\d, ]*)\][^\n]*?)?\b(?P<which>global|role)_ranks=\[(?P<globals>[\d, .-]*)\]",

@@ -52,6 +52,15 @@ NATIVE: tuple[Signature, ...] = (
         ("slurmstepd: error: pyxis: container start failed with error code: 1",
          "slurmstepd: error: pyxis:     nvidia-container-cli: ldcache error: process /sbin/ldconfig failed"),
     ),
+    Signature(  # Slurm's job_container/tmpfs plugin could not join the job's namespace on a node (its per-job
+        # directory missing: a node that missed a reboot after a configuration change); Slurm requeues and holds the
+        # job (`launch failed requeued held`). The node's fault, not the training's (round 36)
+        "job_container_join_failed", _H, _ROOT,
+        r"\bcontainer_[pg]_join(?:\(\d+\))?: (?:open failed for \S+|No such file or directory)",
+        ("container_",), True, "Slurm could not join the job's container namespace on its node (job_container)",
+        ("slurmstepd: error: container_p_join: open failed for /local/slurm_tmpfs/88216/.ns: No such file or directory",
+         "slurmstepd: error: container_g_join(88216): No such file or directory"),
+    ),
     Signature(  # a C++ extension's (or nccl-tests') NCCL check failed: `Failed, NCCL error <file>:<line> '<why>'`
         "cxx_nccl_check_failed", _F, _ROOT, r"^Failed[,:] NCCL error (?P<where>\S+\.(?:cpp|cc|cu|h):\d+)",
         ("NCCL error",), True, "an NCCL call in native code failed at {where}",
