@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nvrx_hpc.agent.dumps import DumpDesk
 from nvrx_hpc.agent.hang import Timeouts, calibrate, find_hangs
 from nvrx_hpc.agent.registry import RankRecord, RankState, Registry
 from nvrx_hpc.agent.server import RankSocketServer, WorkerLink
@@ -71,6 +72,7 @@ class Agent:
         self._writer: asyncio.StreamWriter | None = None
         self._stop = asyncio.Event()
         self._killing: set[int] = set()
+        self.dumps = DumpDesk(settings.dump_wait_s)
         self._attached = asyncio.Event()
         self.timings: dict[int, dict[str, list[float]]] = {}  # rank -> section -> [count, total_s, min_s]
         self.iterations: dict[int, int] = {}  # rank -> iterations set since the last status
@@ -199,7 +201,7 @@ class Agent:
             link.send(m.AgentStop(reason=msg.reason))
 
     async def _on_dump(self, msg: m.LauncherDump) -> None:
-        self._request_dumps(self.registry.live(), msg.reason)
+        self.dumps.request(self.registry.live(), self.links, msg.reason)
 
     async def _on_shutdown(self, msg: m.Shutdown) -> None:
         self._stop.set()
@@ -218,7 +220,7 @@ class Agent:
         for rank in msg.lost:
             record = self.registry.get(rank)
             if record is not None and record.alive():
-                _signal(record.pid, signal.SIGKILL)
+                record.send_signal(signal.SIGKILL)
 
     async def _on_standby_go(self, msg: m.StandbyGo) -> None:
         told = self.standby.go(msg)
@@ -318,6 +320,9 @@ class Agent:
         self._report(m.RankEvent, event=RankEventKind.RAISED, rank=msg.rank, pid=record.pid, round=msg.round,
                      reason=msg.reason, lost=msg.lost, sections=sorted(record.sections))
 
+    def _on_dumped(self, msg: m.WorkerDumped, record: RankRecord) -> None:
+        self.dumps.answered(msg.rank)
+
     _WORKER_HANDLERS = {
         Kind.W_FAULT: _on_fault,
         Kind.W_HEARTBEAT: _on_heartbeat,
@@ -325,6 +330,7 @@ class Agent:
         Kind.W_ITERATION: _on_iteration,
         Kind.W_BYE: _on_bye,
         Kind.W_TIMEOUTS: _on_restored_timeouts,
+        Kind.W_DUMPED: _on_dumped,
     }
 
     def _on_worker_gone(self, link: WorkerLink) -> None:
@@ -386,38 +392,31 @@ class Agent:
 
     # ------------------------------------------------------------------ stopping ranks
 
-    def _request_dumps(self, records: list[RankRecord], reason: str) -> None:
-        for record in records:
-            link = self.links.get(record.rank)
-            if link is not None:
-                link.send(m.AgentDump(reason=reason))
-            if record.source == "worker":  # the worker API registered faulthandler for SIGUSR1
-                _signal(record.pid, signal.SIGUSR1)
-
     async def _kill_hung(self, record: RankRecord, reason: str) -> None:
         """Stacks and flight recorder first, then SIGCONT, SIGTERM, SIGKILL after a grace period."""
         if record.pid in self._killing:
             return
         self._killing.add(record.pid)
-        self._request_dumps([record], reason)
-        _signal(record.pid, signal.SIGCONT)  # a stopped rank can only dump once it runs again
-        await asyncio.sleep(self.s.dump_wait_s)
+        self.dumps.request([record], self.links, reason)
+        record.send_signal(signal.SIGCONT)  # a stopped rank can only dump once it runs again
+        await self.dumps.wait([record])
         await self._terminate([record], self.s.term_grace_s)
 
     async def _terminate(self, records: list[RankRecord], grace_s: float) -> None:
         for record in records:
             if record.alive():
-                _signal(record.pid, signal.SIGCONT)
-                _signal(record.pid, signal.SIGTERM)
+                record.send_signal(signal.SIGCONT)
+                record.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while any(r.alive() for r in records) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for record in records:
             if record.alive():
-                _signal(record.pid, signal.SIGKILL)
+                record.send_signal(signal.SIGKILL)
 
     async def _stop_all(self, grace_s: float, reason: str) -> None:
         live = [r for r in self.registry.ranks.values() if r.state != RankState.EXITED]
+        await self.dumps.wait(live, answers_only=True)  # a hang's dumps, asked for just before the stop
         await self._terminate(live, grace_s)
         self._report(m.AgentStopped, ranks=tuple(r.rank for r in live), reason=reason)
 
@@ -490,11 +489,4 @@ class Agent:
         self._writer.close()
         await self.server.close()
         return 0
-
-
-def _signal(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 

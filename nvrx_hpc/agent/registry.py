@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from enum import Enum
@@ -72,6 +73,13 @@ class RankRecord:
             return psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
+
+    def send_signal(self, signum: int) -> None:
+        """Send `signum` to the rank's PID; a process already gone (or no longer ours) is not an error."""
+        try:
+            os.kill(self.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def summary(self, now: float) -> dict:
         return {

@@ -4,7 +4,7 @@ Who talks to whom (docs/wire-protocol.md has the frames that carry these):
 
 - worker -> agent, ``w.*``: a rank's hello, heartbeats, sections, iterations, restored timeouts, bye,
   (in-process restart) a fault of its training function or ranks its rendezvous declared lost, and a
-  standby task's wait for its go;
+  standby task's wait for its go, and the answer to a dump request;
 - agent -> worker, ``a.*``: timeouts, a request to checkpoint and stop, a request to dump stacks, an
   in-process restart, a standby task's go;
 - launcher -> agent, ``la.*``: the challenge, a new step, timeouts, stop, dump, shutdown, straggler scores,
@@ -29,44 +29,12 @@ from nvrx_hpc.core.errors import ProtocolError
 from nvrx_hpc.core.field_checks import FieldCheck, field_check, shown
 
 __all__ = [
-    "MESSAGE_VERSION",
-    "Kind",
-    "RankEventKind",
-    "Frame",
-    "WorkerHello",
-    "Heartbeat",
-    "SectionMark",
-    "Iteration",
-    "WorkerBye",
-    "WorkerTimeouts",
-    "WorkerFault",
-    "WorkerStandby",
-    "AgentGo",
-    "StandbyGo",
-    "AgentTimeouts",
-    "AgentRestart",
-    "AgentStop",
-    "AgentDump",
-    "Challenge",
-    "StepStart",
-    "LauncherTimeouts",
-    "LauncherStop",
-    "RequestStop",
-    "LauncherDump",
-    "Shutdown",
-    "AgentHello",
-    "RankEvent",
-    "Calibration",
-    "AgentStatus",
-    "AgentStopped",
-    "HealthFailed",
-    "HealthUnavailable",
-    "AgentBye",
-    "StragglerFlags",
-    "InprocessRestart",
-    "AgentLost",
-    "RECORDS",
-    "parse",
+    "MESSAGE_VERSION", "Kind", "RankEventKind", "Frame", "WorkerHello", "Heartbeat", "SectionMark", "Iteration",
+    "WorkerBye", "WorkerTimeouts", "WorkerFault", "WorkerStandby", "WorkerDumped", "AgentGo", "StandbyGo",
+    "AgentTimeouts", "AgentRestart", "AgentStop", "AgentDump", "Challenge", "StepStart", "LauncherTimeouts",
+    "LauncherStop", "RequestStop", "LauncherDump", "Shutdown", "AgentHello", "RankEvent", "Calibration",
+    "AgentStatus", "AgentStopped", "HealthFailed", "HealthUnavailable", "AgentBye", "StragglerFlags",
+    "InprocessRestart", "AgentLost", "RECORDS", "parse",
 ]
 
 MESSAGE_VERSION = 1
@@ -83,6 +51,7 @@ class Kind(str, enum.Enum):
     W_TIMEOUTS = "w.timeouts"
     W_FAULT = "w.fault"
     W_STANDBY = "w.standby"
+    W_DUMPED = "w.dumped"
     A_TIMEOUTS = "a.timeouts"
     A_STOP = "a.stop"
     A_DUMP = "a.dump"
@@ -439,12 +408,22 @@ class AgentLost(_FromAgent):
     silent_s: float | None = None
 
 
+@_record
+class WorkerDumped(Frame):
+    """The rank answered an a.dump: its stacks and flight recorder are written (or failed), so the agent
+    need not wait out its dump window before stopping it."""
+
+    KIND = Kind.W_DUMPED
+    rank: int
+
+
 # ------------------------------------------------------------------ the table and the checks
 
 RECORDS: dict[Kind, type[Frame]] = {
     cls.KIND: cls
     for cls in (
         WorkerHello, Heartbeat, SectionMark, Iteration, WorkerBye, WorkerTimeouts, WorkerFault, WorkerStandby,
+        WorkerDumped,
         AgentTimeouts, AgentStop, AgentDump, AgentRestart, AgentGo,
         Challenge, StepStart, LauncherTimeouts, LauncherStop, RequestStop, LauncherDump, Shutdown, StragglerFlags,
         InprocessRestart, StandbyGo,

@@ -14,6 +14,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 __all__ = ["StackFile", "dump_flight_recorder", "flight_recorder_ready"]
@@ -94,13 +95,14 @@ def flight_recorder_ready() -> bool:
         return False
 
 
-def dump_flight_recorder(path: str) -> str | None:
+def dump_flight_recorder(path: str, on_first: Callable[[], None] | None = None) -> str | None:
     """Write PyTorch's flight-recorder dump (opaque pickled bytes, never loaded here) atomically to `path`.
 
     Two passes: first without stack traces, which is instant; then the full dump, which replaces it.
     Symbolizing the stack traces imports some 800 modules on its first call (over 3 s on a busy node),
     longer than an agent waits before it terminates a hung rank, so the quick dump always lands first.
-    Returns the path, or None when torch.distributed is not initialised. The recorder holds entries only
+    `on_first` is called once the first file has landed. Returns the path, or None when torch.distributed
+    is not initialised. The recorder holds entries only
     when TORCH_FR_BUFFER_SIZE was set before the process group was created.
     """
     if not flight_recorder_ready():
@@ -113,6 +115,8 @@ def dump_flight_recorder(path: str) -> str | None:
     if quick is not None:
         _write_atomic(path, quick)
         log.debug("flight recorder (no stack traces) written to %s", path)
+        if on_first is not None:
+            on_first()
     _write_atomic(path, dump())
     return path
 

@@ -60,6 +60,7 @@ class Sender(threading.Thread):
         self._tick_at: float | None = None  # next tick while active; None: idle, woken by the training side
         self._active_at = float("-inf")  # last time there was something to send
         self._bye_taken = False
+        self._dump_answered = False  # this dump request answered with w.dumped
         self._sections: dict[str, m.SectionMark] = {}  # mirror: open sections, by name
         self._iteration: m.Iteration | None = None  # mirror: last w.iter
         self._finish = False
@@ -336,6 +337,7 @@ class Sender(threading.Thread):
         log.info("[worker rank %s] the launcher asks to checkpoint and stop: %s", c.rank, c.stop_reason)
 
     def _on_dump(self, msg: m.AgentDump) -> None:
+        self._dump_answered = False
         self._dump(msg.reason)
 
     def _on_restart(self, msg: m.AgentRestart) -> None:
@@ -363,13 +365,20 @@ class Sender(threading.Thread):
         except Exception as exc:
             log.warning("[worker rank %s] stack dump failed: %r", c.rank, exc)
         fr = c.env.fr_path()
-        if fr is None:
-            return
         try:
-            if dump_flight_recorder(fr):
+            if fr is not None and dump_flight_recorder(fr, on_first=self._answer_dump):
                 log.info("[worker rank %s] flight recorder dumped to %s", c.rank, fr)
         except Exception as exc:
             log.warning("[worker rank %s] flight-recorder dump failed: %r", c.rank, exc)
+        finally:
+            self._answer_dump()
+
+    def _answer_dump(self) -> None:
+        """Tell the agent the dump it asked for is on disk: it holds the rank's stop until then (or its window
+        ends). Sent once the first flight-recorder file lands, not after the slow full pass."""
+        if self._sock is not None and not self._dump_answered:
+            self._dump_answered = True
+            self._send(self._encode(m.WorkerDumped(rank=self.c.rank)))
 
     def _warn_once(self, key: str, fmt: str, *args: Any) -> None:
         level = logging.DEBUG if key in self._warned else logging.WARNING

@@ -15,7 +15,7 @@ import pytest
 
 from nvrx_hpc.agent.daemon import Agent, AgentSettings
 from nvrx_hpc.core import messages as m
-from nvrx_hpc.core.wire import Codec, new_token
+from nvrx_hpc.core.wire import Codec, new_token, token_to_text
 from nvrx_hpc.launcher.hub import AgentHub
 
 TOKEN = new_token()
@@ -93,6 +93,56 @@ def test_a_hung_rank_is_reported_then_stopped(tmp_path):
             exited = await _next(hub, "ag.rank", event="exited", rank=9)
             assert exited.msg.source == "pid-watch"
             assert child.wait(timeout=5) in (-signal.SIGTERM, -signal.SIGKILL)
+        finally:
+            child.kill()
+        hub.broadcast(m.Shutdown)
+        await asyncio.wait_for(task, 5)
+        await hub.close()
+
+    asyncio.run(scenario())
+
+
+# A rank on the worker link whose dump takes 0.6 s: it answers a.dump with w.dumped once its file is written.
+_SLOW_DUMPER = """
+import faulthandler, os, signal, socket, sys, time
+from nvrx_hpc.core import messages as m
+from nvrx_hpc.core.wire import Codec, FrameReader, token_from_text
+faulthandler.register(signal.SIGUSR1)  # as the worker API does: the agent sends SIGUSR1 with a.dump
+codec = Codec(token_from_text(sys.argv[2]))
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(sys.argv[1])
+sock.sendall(codec.encode(m.WorkerHello(rank=4, local_rank=0, pid=os.getpid(), restart=0).to_wire()))
+sock.sendall(codec.encode(m.Heartbeat(rank=4, beats=1, t=time.time()).to_wire()))
+reader = FrameReader(codec)
+while True:  # hung: no more heartbeats, but the link thread still answers
+    for msg in reader.feed(sock.recv(65536)):
+        if msg["type"] == "a.dump":
+            time.sleep(0.6)
+            open(sys.argv[3], "w").write("stacks")
+            sock.sendall(codec.encode(m.WorkerDumped(rank=4).to_wire()))
+"""
+
+
+def test_a_stop_right_after_a_hang_waits_for_the_hung_ranks_dump(tmp_path):
+    """The launcher's stop comes while the hung rank still writes its dump: the agent terminates it only
+    once the rank has answered, not at once (the dump would be cut) and not after the whole window."""
+
+    async def scenario():
+        hub, agent, task = await _start(tmp_path, poll_s=0.05, dump_wait_s=8.0, term_grace_s=0.5)
+        hub.broadcast(m.LauncherTimeouts, timeouts={"initial": 30, "heartbeat": 0.5, "calibrate": False})
+        marker = tmp_path / "dumped"
+        child = subprocess.Popen([sys.executable, "-c", _SLOW_DUMPER, str(tmp_path / "a.sock"),
+                                  token_to_text(TOKEN), str(marker)])
+        try:
+            await _next(hub, "ag.rank", event="registered", rank=4)
+            await _next(hub, "ag.rank", event="hung", rank=4)
+            stop_at = time.monotonic()
+            hub.broadcast(m.LauncherStop, grace_s=0.5, reason="hang of rank 4")
+            await _next(hub, "ag.stopped", timeout=10)
+            took = time.monotonic() - stop_at
+            assert marker.exists()  # the dump was finished before SIGTERM
+            assert child.wait(timeout=5) == -signal.SIGTERM
+            assert 0.3 < took < 4.0, took  # held for the answer, not for the 8 s window
         finally:
             child.kill()
         hub.broadcast(m.Shutdown)

@@ -170,10 +170,14 @@ class LostNodeStep(ScriptedStep):
             self.done.set_result(-9)
 
 
-def test_a_lost_node_does_not_hold_the_stop_once_the_other_nodes_ranks_exited(tmp_path):
+def _lost_node_run(tmp_path, tick_s: float, exits_after: int, pid_exits_are_deaths: bool = False, **exit_fields):
+    """n2's agent went silent 16 s ago (lost); n1's two ranks exit after `exits_after` ticks of `tick_s`.
+    Returns the watch's result, how long after the start the step was killed, and the events file."""
+
     async def scenario():
         clock = FakeClock()
         watch, hub = _watch(tmp_path, ["n1", "n2"], clock, agent_silent_s=15.0)
+        watch.pid_exits_are_deaths = pid_exits_are_deaths
         hub.agents["n1"].ranks = {"0": {}, "1": {}}
         hub.agents["n2"].ranks = {"2": {}, "3": {}}
         hub.agents["n2"].last_seen = clock.now - 16
@@ -181,19 +185,25 @@ def test_a_lost_node_does_not_hold_the_stop_once_the_other_nodes_ranks_exited(tm
         loop = asyncio.get_running_loop()
 
         async def advance():
-            for _ in range(40):
+            for i in range(40):
                 await asyncio.sleep(0.01)
-                clock.now += 0.1
+                clock.now += tick_s
                 hub.agents["n1"].last_seen = clock.now
-            for rank in (0, 1):  # SIGTERM reached n1's ranks; n2's never answer
-                hub.events.put_nowait(_rank_event("n1", rank, "exited", exit_code=0))
+                if i == exits_after:
+                    for rank in (0, 1):
+                        hub.events.put_nowait(_rank_event("n1", rank, "exited", **exit_fields))
         task = asyncio.ensure_future(advance())
         started = loop.time()
         result = await watch.run(step, ["n1", "n2"])
         await task
         return result, step.killed_at - started, (tmp_path / "events.jsonl").read_text()
 
-    (findings, _iteration, rc), killed_after, events = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_a_lost_node_does_not_hold_the_stop_once_the_other_nodes_ranks_exited(tmp_path):
+    # SIGTERM reached n1's ranks (they exit after the 40 ticks); n2's never answer
+    (findings, _iteration, rc), killed_after, events = _lost_node_run(tmp_path, 0.1, 39, exit_code=0)
     assert [(f.kind, f.node) for f in findings] == [("agent_lost", "n2")] and rc == -9
     assert killed_after < 1.5  # not the 2 s grace (stop_grace_s 0 + 2) srun would wait for n2's tasks
     assert "launcher.step.lost_node_wait_cut" in events
@@ -249,31 +259,7 @@ def test_a_lost_node_does_not_hold_the_stop_when_the_other_ranks_ended_before_it
     """A node is lost; its peers' connections break and they end by themselves within the settle window, each
     after its worker's goodbye (no failure of theirs). No exit of theirs can follow the stop: the ones the watch
     already saw count, and the stop does not wait out srun's grace for the lost node's tasks."""
-
-    async def scenario():
-        clock = FakeClock()
-        watch, hub = _watch(tmp_path, ["n1", "n2"], clock, agent_silent_s=15.0)
-        watch.pid_exits_are_deaths = True
-        hub.agents["n1"].ranks = {"0": {}, "1": {}}
-        hub.agents["n2"].ranks = {"2": {}, "3": {}}
-        hub.agents["n2"].last_seen = clock.now - 16
-        step = LostNodeStep()
-        loop = asyncio.get_running_loop()
-
-        async def advance():
-            for i in range(40):
-                await asyncio.sleep(0.01)
-                clock.now += 0.02
-                hub.agents["n1"].last_seen = clock.now
-                if i == 3:
-                    for rank in (0, 1):
-                        hub.events.put_nowait(_rank_event("n1", rank, "exited", reason="finished"))
-        task = asyncio.ensure_future(advance())
-        started = loop.time()
-        result = await watch.run(step, ["n1", "n2"])
-        await task
-        return result, step.killed_at - started
-
-    (findings, _iteration, _rc), killed_after = asyncio.run(scenario())
+    (findings, _iteration, _rc), killed_after, _events = _lost_node_run(
+        tmp_path, 0.02, 3, pid_exits_are_deaths=True, reason="finished")
     assert [(f.kind, f.node) for f in findings] == [("agent_lost", "n2")]
     assert killed_after < 1.5  # not the 2 s grace (stop_grace_s 0 + 2)

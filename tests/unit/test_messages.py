@@ -23,6 +23,7 @@ SAMPLES = [
     m.Iteration(rank=3, n=12, t=6.1),
     m.WorkerBye(rank=3),
     m.WorkerTimeouts(rank=3, timeouts={"heartbeat": 20.0}),
+    m.WorkerDumped(rank=3),
     m.AgentTimeouts(timeouts={"heartbeat": 20.0, "sections": {"step": 3.0}}),
     m.AgentStop(reason="time limit"),
     m.AgentDump(reason=None),

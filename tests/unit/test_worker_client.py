@@ -109,6 +109,8 @@ def test_dump_request_writes_the_stacks_file(setup):
     assert "reason: hang of rank 3" in text and "nvrx-worker-rank3" not in text.splitlines()[0]
     assert "Thread 0x" in text or "Current thread" in text
     assert not os.path.exists(env.fr_path())  # torch.distributed not initialised here: no flight recorder
+    agent.wait(lambda: agent.of_type("w.dumped"))  # the answer that lets the agent stop the rank at once
+    assert agent.of_type("w.dumped")[0]["rank"] == 3
 
 
 def test_stop_request_and_timeouts(setup):

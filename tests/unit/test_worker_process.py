@@ -216,7 +216,8 @@ def test_dump_request_writes_flight_recorder_from_a_rank_stuck_in_a_collective(j
         time.sleep(0.2)  # let rank 0 enter the collective
         agent.send({"type": "a.dump", "reason": "rank 1 missed its heartbeats"})
         fr = os.path.join(directory, "fr", "rank-0.restart-3.pkl")
-        agent.wait(lambda: os.path.exists(fr), timeout=20)
+        agent.wait(lambda: agent.of_type("w.dumped"), timeout=20)  # answered once the first file is on disk
+        assert os.path.exists(fr)
         with open(fr, "rb") as f:
             data = f.read()
         assert data[:1] == b"\x80" and b"all_reduce" in data  # a pickle (never loaded here) naming the op
