@@ -23,6 +23,9 @@ from nvrx_hpc.launcher.steps import SrunStep
 __all__ = ["StepWatch", "Clock", "SYSTEM_CLOCK", "SETTLE_S"]
 
 SETTLE_S = 0.5  # after the first finding, wait this long for simultaneous ones (all ranks of a hang)
+# A hang's ranks are asked for their stacks and flight recorder as they are found. The agents stop them once those
+# are written (at most their 1 s dump window): srun's SIGTERM reaches every task at once, so it waits that long.
+DUMP_HOLD_S = 1.0
 
 
 class Clock(Protocol):
@@ -116,6 +119,8 @@ class StepWatch:
                 await asyncio.sleep(0)
         max_iteration = max(iterations) if iterations else None
         if stopping:
+            if any(f.kind == "hung" for f in findings):
+                await asyncio.wait([waiter], timeout=DUMP_HOLD_S)
             await self._stop(step, {f.node for f in findings if f.kind == "agent_lost" and f.node})
             self.events.emit("launcher.step.stopped", reason=findings[0].reason if findings else "")
         rc = await waiter

@@ -235,6 +235,33 @@ def test_the_first_finding_is_handed_on_at_once_and_a_hang_of_every_rank_ends_th
     assert [(f.kind, f.rank) for f in handed] == [("hung", 3)]
 
 
+def test_a_hang_is_not_signalled_through_srun_while_the_agents_collect_its_dumps(tmp_path):
+    """srun's SIGTERM would reach every task at once and cut the flight-recorder dumps the agents asked for: the
+    watch leaves the hung ranks to the agents (they stop each once its dump is written) and srun ends by itself."""
+
+    class Step(ScriptedStep):
+        signalled = False
+
+        async def stop(self, grace: float) -> None:
+            self.signalled = self.signalled or not self.done.done()  # srun's SIGTERM reached running tasks
+            await super().stop(grace)
+
+    async def scenario():
+        clock = FakeClock()
+        watch, hub = _watch(tmp_path, ["n1", "n2"], clock)
+        watch.world = 2
+        step = Step()
+        for node, rank in (("n1", 0), ("n2", 1)):
+            hub.events.put_nowait(_hung(node, rank))
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.3, step.done.set_result, -15)  # the agents' SIGTERMs, after the dumps
+        findings, _iteration, rc = await asyncio.wait_for(watch.run(step, ["n1", "n2"]), 10)
+        return findings, rc, step
+
+    findings, rc, step = asyncio.run(scenario())
+    assert sorted(f.rank for f in findings) == [0, 1] and rc == -15 and not step.signalled
+
+
 def test_a_hang_of_some_ranks_still_waits_out_the_settle_window(tmp_path):
     async def scenario():
         clock = FakeClock()
