@@ -3,7 +3,8 @@
 host name, srun and the scheduler the node name. Every host a line names is reported under the node name
 an `scontrol show node` listing in the logs gives it (round 11), and the node address maps to it. A cloud's
 instance listing (`gcloud compute instances list`, `kubectl get nodes -o wide`: a `NAME` column and an
-`INTERNAL_IP` or `INTERNAL-IP` one) pairs each instance's address with its name the same way (round 27)."""
+`INTERNAL_IP` or `INTERNAL-IP` one) pairs each instance's address with its name the same way (round 27), and so
+does Ray's `ray list nodes` (`NODE_IP`, `NODE_NAME`; round 37)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ _REACH = 600  # a node's record spans a few lines; the next `NodeName=` ends it
 _LISTING_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](INTERNAL[_-]IP)\b.*$")
 # `kubectl get pods -o wide`: a pod's address and the node it runs on (round 28)
 _POD_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](IP)[ \t]+(NODE)(?:[ \t].*)?$")  # NODE may end the row
+# `ray list nodes`: each node's address and its name (round 37)
+_RAY_HEAD = re.compile(rb"(?m)^[ \t]*NODE_ID[ \t]+(NODE_IP)\b.*?[ \t](NODE_NAME)(?:[ \t].*)?$")
 _IP = re.compile(rb"(?:\d{1,3}\.){3}\d{1,3}$")
 _EC2_HOST = re.compile(r"^ip-(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})(?:\.|$)")  # ip-10-1-45-12.ec2.internal
 
@@ -51,6 +54,7 @@ def _listed_addresses(data: bytes) -> dict[str, str]:
     pod's address -> its `NODE` column."""
     found: dict[str, str] = {}
     heads = [(h, None) for h in _LISTING_HEAD.finditer(data)] + [(h, 2) for h in _POD_HEAD.finditer(data)]
+    heads += [(h, 2) for h in _RAY_HEAD.finditer(data)]
     for head, named_by in heads:
         column, pos = head.start(1) - head.start(), head.end() + 1
         node_column = head.start(named_by) - head.start() if named_by else None
@@ -63,6 +67,8 @@ def _listed_addresses(data: bytes) -> dict[str, str]:
             name = fields[0] if fields and node_column is None else (row[node_column:].split(None, 1) or [b""])[0]
             if fields and name and _IP.match(cell) and row[column - 1 : column] in (b" ", b"\t"):
                 found.setdefault(cell.decode(), name.decode())
+                if named_by and fields[0] != name and fields[0][:1].isalpha():  # a pod's host name is its own
+                    found.setdefault(fields[0].decode(), name.decode())  # name: the node it runs on (round 37)
     return found
 
 

@@ -20,12 +20,14 @@ from typing import Any
 
 from nvrx_hpc.attribution.aliases import apply_aliases
 from nvrx_hpc.attribution.api import SCHEMA_VERSION, FileProblem, Hit, Verdict
+from nvrx_hpc.attribution.batch_host import place_on_batch_host
 from nvrx_hpc.attribution.cgroup_task import global_cgroup_tasks
 from nvrx_hpc.attribution.channel_ranks import rank_pids_by_channels
 from nvrx_hpc.attribution.crash_exit import aborts_after_exceptions, crash_exits
 from nvrx_hpc.attribution.dump_pids import other_pid_dumps
 from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminated
 from nvrx_hpc.attribution.file_hosts import place_by_file_host
+from nvrx_hpc.attribution.first_reporter import first_gpu_reporter
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
 from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
 from nvrx_hpc.attribution.library_asserts import library_asserts
@@ -40,11 +42,13 @@ from nvrx_hpc.attribution.localise import (
     sample_file,
     traceback_ranks,
 )
+from nvrx_hpc.attribution.lost_node import place_lost_daemon
 from nvrx_hpc.attribution.node_ranks import shared_node_ranks
 from nvrx_hpc.attribution.output_blocks import block_ranks
 from nvrx_hpc.attribution.prompts import place_by_prompts, read_prompts
 from nvrx_hpc.attribution.resources import DiskRow, shm_bus_errors
 from nvrx_hpc.attribution.scanner import Scanner
+from nvrx_hpc.attribution.single_process import single_process_rank
 from nvrx_hpc.attribution.spawn_ranks import spawn_ranks
 from nvrx_hpc.attribution.srun_cancel import hang_before_limit, hung_cancels, other_jobs_ends, own_cancels
 from nvrx_hpc.attribution.verdict import Findings, decide
@@ -225,6 +229,7 @@ def analyze(
     hits = quiet_terminated(aborts_after_exceptions(crash_exits(library_asserts(hits))))
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked
     hits = shared_node_ranks(hang_before_limit(hung_cancels(own_cancels(other_jobs_ends(hits)))))
+    hits = first_gpu_reporter(place_lost_daemon(single_process_rank(place_on_batch_host(hits))))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     dumps = files.fr_dumps if since is None else [p for p in files.fr_dumps if _mtime(p) >= since]

@@ -19,6 +19,7 @@ _ABORTED = re.compile(r"communicator was aborted")  # a rank's NCCL communicator
 _PG_OF_LINE = re.compile(r"\[PG (?:ID )?(\d+)\b")  # the process group a watchdog line names
 _DESYNC_RANK = re.compile(r"Rank (\d+) is running")  # TORCH_DISTRIBUTED_DEBUG=DETAIL's mismatch report
 _BANNERS = ("pid_rank_banner", "pyspy_dump_banner")  # lines that name the rank of the dump below them
+_CMD_RANK = re.compile(r"(?<![\w-])--(?:distributed[-_]|global[-_])?rank[= ]\d")
 _SAME_SIZE = ("ALLREDUCE", "BROADCAST", "REDUCE", "_ALLGATHER_BASE", "_REDUCE_SCATTER_BASE")
 
 
@@ -76,13 +77,18 @@ def _odd_operation(victims: Sequence[Hit]) -> int | None:
     return lone[0] if len(lone) == 1 and lone_work[2:] != work[2:] else None
 
 
+def _ranked_process(h: Hit) -> bool:
+    """py-spy's `Process 418823: python train.py ... --distributed-rank 1`: a banner naming its dump's rank."""
+    return h.signature == "pyspy_process" and _CMD_RANK.search(h.text) is not None
+
+
 def _dumped_outside_collectives(hits: Sequence[Hit]) -> tuple[int, ...] | None:
     """The ranks whose stack dump shows no collective frame, when at least as many dumps sit in one. A dump is a
     file with one main thread, or in a file of several, what follows a banner naming its rank (`# py-spy dump
     --pid 2281 (node-3, global rank 0)`, round 32)."""
     by_source: dict[str, list[Hit]] = defaultdict(list)
     for h in hits:
-        if h.signature in ("stack_main_thread", "stack_in_collective", *_BANNERS):
+        if h.signature in ("stack_main_thread", "stack_in_collective", *_BANNERS) or _ranked_process(h):
             by_source[h.source].append(h)
     inside: dict[int, bool] = {}  # rank -> its dump waits in a collective
     for seq in by_source.values():
@@ -92,7 +98,7 @@ def _dumped_outside_collectives(hits: Sequence[Hit]) -> tuple[int, ...] | None:
             continue
         current: int | None = None  # the rank whose banner the lines are under
         for h in sorted(seq, key=lambda h: h.line):
-            if h.signature in _BANNERS:
+            if h.signature in _BANNERS or _ranked_process(h):
                 current = h.rank
             elif current is not None and (h.signature == "stack_main_thread" or current in inside):
                 inside[current] = inside.get(current, False) or h.signature == "stack_in_collective"

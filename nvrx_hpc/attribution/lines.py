@@ -70,7 +70,9 @@ _NCCL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+)
 _NODE_WORD = re.compile(r"(?:\bnode[:=] ?|\bRank \d{1,7}, node )(?P<node>[A-Za-z][\w.-]*)")
 # Ray's prefix of a remote actor's line: `(RayTrainWorker pid=73310, ip=10.8.2.33) ...`, SkyPilot's `(node-1 pid=7,
 # ip=A)`; the address is its host's (aliases.py places the line there where the logs pair the address with a host name).
-_RAY_ACTOR = re.compile(r"^\([\w-]+(?: pid=\d+)?, ip=(?P<ip>[\d.]+|[0-9a-fA-F:]+)\) ")  # `(raylet, ip=A)` too
+# `(raylet, ip=A)`, `(RayTrainWorker pid=7, ip=A)`, a launcher's `(worker8, rank=8, pid=7, ip=A)` (round 37)
+_RAY_ACTOR = re.compile(
+    r"^\((?:[\w-]+,? )?(?:(?:rank=(?P<rank>\d+)|pid=\d+), ?)*ip=(?P<ip>[\d.]+|[0-9a-fA-F:]+)\) ")
 # Open MPI's own lines about one process: `[h06c0901:07661] Signal: Segmentation fault (11)`
 _OMPI_PROCESS = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+)\] ")
 _DEVICE_WORD = re.compile(r"\bDevice[:=] ?(?P<dev>\d+)")
@@ -279,8 +281,11 @@ def classify_line(
 ) -> Hit | None:
     """The hit for one line (1-based `line_no`), or None when no signature matches it."""
     prefix_rank, prefix_node, text, tee_local, label = _split_prefixes(raw.rstrip("\r\n"))
+    body = text
+    if (ray := _RAY_ACTOR.match(text)) and ray.group("rank") is not None:  # the launcher's prefix is not the line's
+        body, prefix_rank = text[ray.end() :], prefix_rank if prefix_rank is not None else int(ray.group("rank"))
     for sig in catalog:
-        m = sig.compiled().search(text)
+        m = sig.compiled().search(body)
         if m:
             break
     else:

@@ -53,6 +53,9 @@ _BANNERS = ((re.compile(rb"rank[ =:][ \t]*(\d{1,6})\b[^\n]{0,160}?(?<![\w-])" + 
 _LEAD_HOST = rb"(?m)^(?:\[([A-Za-z][\w-]*[\d-][\w.-]*)\]|([a-z][\w-]*[\d-][\w.-]*):) "  # `[host] ` or `host: `
 _RANGE_BANNER = re.compile(_LEAD_HOST + rb"[^\n]{0,160}?"
                            rb"(?<![\w-])(?<!local )(?:global )?ranks? (\d{1,6})-(\d{1,6})\b")
+# the same as key=value pairs (`[launcher] task 3 host=gb-r10-n03 ranks=12-15`, round 37)
+_KV_RANGE = re.compile(rb"(?<![\w-])host=([A-Za-z][\w-]*[\d-][\w.-]*)[ \t,]+(?:[\w]+=\S+[ \t,]+)?"
+                       rb"(?:global_)?ranks=(\d{1,6})-(\d{1,6})\b")
 # Ray Train's worker table: `(node_id=..., ip=10.0.1.22, pid=344408) world_rank=8, local_rank=0` (round 29)
 _RAY_WORLD_RANK = re.compile(rb"\bip=((?:\d{1,3}\.){3}\d{1,3}), pid=\d+\) world_rank=(\d{1,6})\b")
 # Determined's trial logs: a container's agent, then each rank's lines under its container's short id
@@ -259,6 +262,10 @@ def _range_hosts(data: bytes) -> list[tuple[int, str]]:
         lo, hi = int(m.group(3)), int(m.group(4))
         if not _NOT_BANNER_HOSTS.match(host) and is_host(host) and 0 <= hi - lo <= 1024:
             found += [(r, host) for r in range(lo, hi + 1)]
+    for m in _KV_RANGE.finditer(data) if b"ranks=" in data else ():
+        lo, hi = int(m.group(2)), int(m.group(3))
+        if 0 <= hi - lo <= 1024:
+            found += [(r, m.group(1).decode().rstrip(".")) for r in range(lo, hi + 1)]
     return found
 
 

@@ -23,6 +23,9 @@ def lone_exit_rank(hits: Sequence[Hit]) -> list[int]:
     return []
 
 
+# A heap corrupted on two nodes at once is the code's (NCCL's set-up on GB200 or dual-port NICs, round 37): a
+# hardware fault does not strike two hosts alike, so two suffice, not every node of the job.
+_ANY_TWO_NODES = ("heap_corruption",)
 _LAUNCHER_EXITS = ("ds_launcher_exit", "elastic_child_failed", "srun_task_exit")
 
 
@@ -43,11 +46,13 @@ def exited_on_node(nodes: Sequence[str], hits: Sequence[Hit], unplaced: bool = F
 def every_node_alike(signature: str, hits: Sequence[Hit], rank_nodes: Mapping[int, str], job: Iterable[str]) -> bool:
     """The root's signature ended (with one exit code) on at least two nodes and on every node the logs and
     the job name: no node or rank stands out (srun's tasks may be launchers; round 26: NCCL's internal
-    error at the first barrier on each of four nodes)."""
+    error at the first barrier on each of four nodes). A corrupted heap needs only two nodes."""
     ends = [h for h in hits if h.signature == signature and h.role is not Role.CONTEXT]
     if len({h.fields.get("code") for h in ends}) != 1:  # -9 here, -6 there: unlike
         return False
     ended = {h.node or rank_nodes.get(h.rank) for h in ends} - {None}  # type: ignore[arg-type]
+    if signature in _ANY_TWO_NODES:
+        return len(ended) >= 2
     return len(ended) >= 2 and ended >= {h.node for h in hits if h.node} | set(job)
 
 

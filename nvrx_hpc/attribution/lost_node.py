@@ -15,13 +15,15 @@ Its ranks are the job's ranks no source places on another node, when they are on
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from nvrx_hpc.attribution.aliases import short_hosts
 from nvrx_hpc.attribution.api import Hit
 
-__all__ = ["lost_host", "ranks_of_lost_node", "taken_vm"]
+__all__ = ["lost_host", "ranks_of_lost_node", "taken_vm", "place_lost_daemon"]
 
 _BRACKET = re.compile(r"^([^\[]*)\[([\d,-]+)\](.*)$")
 
@@ -83,3 +85,19 @@ def taken_vm(
     limit or a cancel, which end the whole job."""
     ranks = ranks_of_lost_node(set(nodes), universe, rank_nodes) if signature == "cloud_preempted" else []
     return (list(nodes), ranks) if ranks else ([], [])
+
+
+def place_lost_daemon(hits: Sequence[Hit]) -> list[Hit]:
+    """Open MPI's `ORTE has lost communication with its daemon located on node:` names the node a few lines
+    below (`  hostname:  ip-10-15-20-17.ec2.internal`): the lost node (round 37)."""
+    hosts = [h for h in hits if h.signature == "mpi_daemon_host"]
+    if not hosts:
+        return list(hits)
+    out = []
+    for h in hits:
+        if h.signature == "mpi_daemon_lost" and h.node is None:
+            below = next((g for g in hosts if g.source == h.source and 0 < g.line - h.line <= 4), None)
+            if below is not None:
+                h = dataclasses.replace(h, node=short_hosts([below.fields.get("host", "")])[0] or None)
+        out.append(h)
+    return out

@@ -62,8 +62,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         "GPU lost or unreachable", ("Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost.",),
     ),
     Signature(
-        "nvlink_error", _G, _ROOT, r"NVLink[^\n]{0,60}?(?:error|down|fatal|uncorrectable|recovery failed)",
-        ("NVLink",), True, "NVLink error", ("NVLink: fatal error detected on link 3",),
+        "nvlink_error", _G, _ROOT,
+        r"(?:NVLink[^\n]{0,60}?(?:error|down|fatal|uncorrectable|recovery failed)|"
+        r"Invalid access of peer GPU memory over nvlink|CUDA_ERROR_CONTAINED)",  # cudaErrorContained (round 37)
+        ("NVLink", "nvlink", "CUDA_ERROR_CONTAINED"), True, "NVLink error",
+        ("NVLink: fatal error detected on link 3",
+         "torch.AcceleratorError: CUDA error: Invalid access of peer GPU memory over nvlink or a hardware error"),
     ),
     # ---- network --------------------------------------------------------------------------------
     Signature(  # status 5 is a flushed work request: the queue pair had already failed (a peer went away)
@@ -289,12 +293,13 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     # ---- numerical (before any exception: the assertion that carries it is not the point) ---------
     Signature(
         "nan_loss", _M, _ROOT,
-        r"(?:(?:loss|grad[ _]norm|Loss)[^\n|]{0,24}?(?:: |=)(?:nan|-?inf)\b|Loss is (?:NaN|nan|Inf|inf)|"
+        r"(?:(?:loss|grad[ _]norm|Loss)[^\n|]{0,24}?(?:: |=)(?:nan|-?inf)\b|[Ll]oss (?:is )?(?:NaN|nan|Inf|inf)\b|"
         r"found NaN in|Unexpected result nan|non-finite (?:loss|gradient|value)|[Ll]oss became (?:NaN|nan|inf|Inf)|"
         r"returned nan values|= (?:nan|-?inf) is not finite|loss scale already at minimum|"
-        r"[Mm]inimum loss scale reached)",
+        r"[Mm]inimum loss scale reached|[Tt]raining has diverged)",
         (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite",
-         "became", "returned nan", "not finite", "at minimum", "scale reached"),
+         "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged", "loss nan",
+         "loss inf"),
         False, "loss or gradients became NaN/Inf",
         (" iteration 120/1000 | lm loss: nan | grad norm: nan |",
          "AssertionError: Rank 13: found NaN in local grad norm in backward pass. Device: 5, node: node-15-11"),
@@ -382,9 +387,10 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(
         "heap_corruption", _F, _ROOT,
-        r"(?:double free or corruption|free\(\): invalid|malloc\(\): (?:corrupted|memory corruption|unaligned)|"
-        r"corrupted size vs\. prev_size|munmap_chunk\(\): invalid pointer)",
-        ("double free", "free(): invalid", "malloc(): ", "corrupted size", "munmap_chunk"), True,
+        r"(?:double free or corruption|free\(\): (?:invalid|corrupted)|malloc\(\): (?:corrupted|memory corruption|"
+        r"unaligned)|corrupted size vs\. prev_size|munmap_chunk\(\): invalid pointer|corrupted double-linked list)",
+        ("double free", "free(): invalid", "free(): corrupted", "malloc(): ", "corrupted size", "munmap_chunk",
+         "double-linked"), True,
         "the process corrupted its heap and aborted", ("free(): invalid next size (fast)",),
     ),
     Signature(  # torch's own consistency check failed ("please report a bug to PyTorch"): the framework's bug

@@ -116,6 +116,18 @@ LOCALISING: tuple[Signature, ...] = (
         ("--nproc_per_node", "--nproc-per-node"), None, "torchrun of {nproc} processes a node",
         ("+ torchrun --nnodes=2 --node-rank=1 --nproc-per-node=4 --role rank --tee 3 -m torchtitan.train",),
     ),
+    Signature(  # the batch shell's job-control line for a command it ran that was killed (single_process.py)
+        "batch_shell_killed", Category.HOST, _CTX,
+        r"slurm_script: line \d+: +(?P<pid>\d+) (?P<how>Killed|Segmentation fault|Aborted|Bus error)\b"
+        r"(?: \(core dumped\))?\s+(?P<command>.+)$",
+        ("slurm_script: line",), None, "the batch script's command {command} was {how}",
+        ("/var/spool/slurm/d/job4471852/slurm_script: line 21: 2481307 Killed       python train.py --cfg c.yaml",),
+    ),
+    Signature(  # `scontrol show job`'s batch node: where the batch step, and errors it prints without a host, ran
+        # (batch_host.py, round 36: a node-side launch failure held the job before any training line)
+        "slurm_batch_host", _S, _CTX, r"^\s*BatchHost=(?P<host>[A-Za-z][\w.-]*)\s*$",
+        ("BatchHost=",), None, "the job's batch step ran on {host}", ("   BatchHost=g-d17",),
+    ),
     Signature(  # accelerate's command line as a job script echoes it per node: its machine rank (node_ranks.py:
         # two nodes launched with one machine rank collide, round 36)
         "accelerate_cmd", _F, _CTX,
@@ -151,7 +163,9 @@ LOCALISING: tuple[Signature, ...] = (
     ),
     Signature(  # where one pasted dump starts: its command (`py-spy dump --pid 5590`) or py-spy's own first line
         # (`Process 5590: python3 -u train.py`); a file named after another pid holds it too (dump_pids.py, round 35)
-        "pyspy_process", _D, _CTX, r"(?:py-spy dump[^\n]*?--pid[ =]|^Process )(?P<dump_pid>\d+)(?=: \S|\s*$)",
+        # its command line may carry its global rank (`--distributed-rank 1`: the dump's rank, hang_suspects.py)
+        "pyspy_process", _D, _CTX, r"(?:py-spy dump[^\n]*?--pid[ =]|^Process )(?P<dump_pid>\d+)(?=: \S|\s*$)"
+        r"(?:[^\n]*?(?<![\w-])--(?:distributed[-_]|global[-_])?rank[= ](?P<rank>\d{1,6})\b)?",
         ("py-spy dump", "Process "), None, "stack dump of process {dump_pid}",
         ("$ sudo py-spy dump --pid 5590", "Process 5590: /srv/venv/bin/python3 -u recipes/train.py"),
     ),

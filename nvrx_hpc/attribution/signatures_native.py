@@ -61,6 +61,17 @@ NATIVE: tuple[Signature, ...] = (
         ("slurmstepd: error: container_p_join: open failed for /local/slurm_tmpfs/88216/.ns: No such file or directory",
          "slurmstepd: error: container_g_join(88216): No such file or directory"),
     ),
+    Signature(  # mpirun's runtime lost its daemon on a node: the node died (rebooted, crashed) or its link did; the
+        # node is on a `hostname:` line below (lost_node.place_lost_daemon, round 37). Weak: a network failure
+        # before it is the cause (round 28)
+        "mpi_daemon_lost", _H, Role.WEAK, r"\b(?:ORTE|PRTE|PRRTE) has lost communication with (?:its|a remote) daemon",
+        ("lost communication",), True, "Open MPI lost its daemon on a node (the node went down or out of reach)",
+        ("ORTE has lost communication with its daemon located on node:",),
+    ),
+    Signature(  # the line under it that names the node (context: alone it says nothing)
+        "mpi_daemon_host", _H, Role.CONTEXT, r"^\s+hostname:\s+(?P<host>[A-Za-z][\w.-]*)\s*$",
+        ("hostname:",), None, "Open MPI's lost daemon ran on {host}", ("  hostname:  ip-10-15-20-17.ec2.internal",),
+    ),
     Signature(  # a C++ extension's (or nccl-tests') NCCL check failed: `Failed, NCCL error <file>:<line> '<why>'`
         "cxx_nccl_check_failed", _F, _ROOT, r"^Failed[,:] NCCL error (?P<where>\S+\.(?:cpp|cc|cu|h):\d+)",
         ("NCCL error",), True, "an NCCL call in native code failed at {where}",

@@ -5,7 +5,7 @@ terminated with the following error:` followed by the worker's traceback (or, fo
 `ProcessExitedException: process 5 terminated with signal SIGSEGV`), all under the node's srun label
 (`1: `). The label is the node's index and the process number its local rank: with the job's world size
 (`global rank 6 of 8`, `world_size=8`) over srun's tasks, the traceback's lines are rank
-label x (world / tasks) + local.
+label x (world / tasks) + local. Under a one-task srun the spawner holds every rank: process N is rank N.
 """
 
 from __future__ import annotations
@@ -25,24 +25,28 @@ _EXITED = re.compile(r"ProcessExitedException: process (\d+) terminated with (?:
 
 def spawn_ranks(hits: Sequence[Hit]) -> list[Hit]:
     """`hits` with the lines under each `-- Process L terminated` header given that worker's global rank."""
-    headers = [h for h in hits if h.signature == "mp_spawn_process" and srun_label(h) is not None]
-    if not headers and not any(_EXITED.search(h.text) and srun_label(h) is not None for h in hits):
-        return list(hits)
     tasks = {t for h in hits if h.signature == "srun_task_exit" for t in h.fields.get("tasks", "").split(",")
              if t.isdigit()}  # fmt: skip
-    worlds = world_sizes(hits)
-    if len(worlds) != 1 or len(tasks) < 2 or next(iter(worlds)) % len(tasks):
+    one_task = tasks == {"0"}  # srun started one task, the spawner: its process numbers are the global ranks
+    headers = [h for h in hits if h.signature == "mp_spawn_process" and (one_task or srun_label(h) is not None)]
+    if not headers and not any(_EXITED.search(h.text) and (one_task or srun_label(h) is not None) for h in hits):
         return list(hits)
-    per_node = next(iter(worlds)) // len(tasks)
+    worlds = world_sizes(hits)
+    if one_task:
+        per_node = 0
+    elif len(worlds) != 1 or len(tasks) < 2 or next(iter(worlds)) % len(tasks):
+        return list(hits)
+    else:
+        per_node = next(iter(worlds)) // len(tasks)
     out = []
     for h in hits:
         label = srun_label(h)
         owner = next((g for g in reversed(headers) if g.source == h.source and srun_label(g) == label
                       and 0 <= h.line - g.line <= _REACH), None)  # fmt: skip
-        exited = _EXITED.search(h.text) if label is not None else None
+        exited = _EXITED.search(h.text) if label is not None or not per_node else None
         local = owner.fields["local_rank"] if owner is not None else exited.group(1) if exited else None
         if local is not None and (h.rank is None or str(h.rank) == label):
-            rank = int(label) * per_node + int(local)
+            rank = int(label or 0) * per_node + int(local)
             h = dataclasses.replace(h, rank=rank, fields={**h.fields, "spawn_rank": str(rank)})
         out.append(h)
     return out

@@ -41,6 +41,7 @@ from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
 from nvrx_hpc.attribution.lone_exit import every_node_alike, every_rank_of_node, exited_on_node, lone_exit_rank
 from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node, taken_vm
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
+from nvrx_hpc.attribution.recurrence import recurs_across_runs
 from nvrx_hpc.attribution.resources import DiskRow, judge
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
@@ -65,7 +66,8 @@ _SLURM_STATES = {  # job state -> (category, strength, restartable, text)
     "CANCELLED": (Category.SCHEDULER, 2, False, "the job was cancelled"),
 }
 # Causes that end a whole node (or never start on it): its ranks are the ones left when the others are placed elsewhere.
-_NODE_LOST = ("node_failure", "slurm.node_fail", "ray_node_dead", "determined_agent_lost", "pdsh_remote_not_found")
+_NODE_LOST = ("node_failure", "slurm.node_fail", "ray_node_dead", "determined_agent_lost", "pdsh_remote_not_found",
+              "mpi_daemon_lost")  # a whole node went
 _SIGNAL_CAUSE = {  # signal -> (category, strength, text)
     "SIGSEGV": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGSEGV"),
     "SIGBUS": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGBUS"),
@@ -115,8 +117,7 @@ class _Cause:
 
 
 def _health_category(check: str) -> Category:
-    name = check.lower()
-    if any(w in name for w in ("gpu", "xid", "ecc", "nvlink", "nvml", "dcgm", "remap")):
+    if any(w in (name := check.lower()) for w in ("gpu", "xid", "ecc", "nvlink", "nvml", "dcgm", "remap")):
         return Category.GPU_HARDWARE
     if any(w in name for w in ("nic", "ib", "net", "link", "fabric")):
         return Category.NETWORK
@@ -351,7 +352,7 @@ def decide(f: Findings) -> Verdict:
     listed = failed_ranks(root.evidence.text) if root.kind == "log" else []
     if listed:
         ranks, nodes_from_co = listed, False  # every rank raises a checkpoint's failure: those it lists failed
-    if root.kind == "log" and (category, root.strength) in _ALIKE \
+    if root.kind == "log" and ((category, root.strength) in _ALIKE or root.signature == "heap_corruption") \
             and every_node_alike(root.signature, f.hits, rank_nodes, {*f.listed_nodes, *f.job_nodes}):
         ranks, nodes_from_co = [], False  # every node of the job ended alike: none stands out (a framework
         # crash that several ranks met alike is then not restartable, below; a network error is the fabric's)
@@ -395,9 +396,8 @@ def decide(f: Findings) -> Verdict:
                      rank_nodes=rank_nodes, disks=f.disks, stamps=f.stamps,
                      job_nodes=(*f.job_nodes, *f.listed_nodes)) if root.kind == "log" else None  # fmt: skip
     if resource is not None:
-        gpus = gpus if list(resource.nodes) == nodes else []
+        gpus, found_by = gpus if list(resource.nodes) == nodes else [], found_by + resource.why
         ranks, nodes = list(resource.ranks), list(resource.nodes)
-        found_by += resource.why
     if category is Category.NUMERICAL and (len(nodes) >= 2 or _beyond_one_node(ranks, universe, f)):
         # NaN on several nodes: the run diverged, no one GPU did it; one rank's on two (a rerun) follows its shard
         ranks, nodes, gpus = ranks if len(ranks) == 1 and len(nodes) >= 2 else [], [], []
@@ -411,9 +411,9 @@ def decide(f: Findings) -> Verdict:
         restartable = True
     elif resource is not None:
         restartable = resource.restartable
-    alike = len({r for c in co for r in c.ranks}) >= 2 or len(co) >= 3  # several ranks' lines, none stands out
-    if diverged or category is Category.FRAMEWORK_CRASH and not (ranks or nodes) and alike:
-        restartable = False  # the code took its own path into it, or ranks crashed alike: a restart replays it
+    alike = not (ranks or nodes) and (len({r for c in co for r in c.ranks}) >= 2 or len(co) >= 3)  # none stands out
+    if diverged or category is Category.FRAMEWORK_CRASH and (alike or recurs_across_runs(root.signature, f.hits)):
+        restartable = False  # the code took its own path, ranks crashed alike, or a rerun elsewhere met it again
     corroborated = any(
         c.kind != root.kind and (set(c.ranks) & set(ranks) or set(c.nodes) & set(nodes)) for c in causes
     ) or (root.kind != "log" and any(c.kind == "log" and c.category is root.category for c in causes))
