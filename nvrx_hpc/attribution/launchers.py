@@ -192,7 +192,8 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
     torchrun ...`) says so too (round 13). Returns the hits so corrected, and whether srun started
     launchers."""
     if not any("task_label" in h.fields and h.fields["task_label"] != str(h.rank) for h in hits) and not any(
-            h.signature == "torchrun_cmd" and _SRUN_TORCHRUN.search(h.text) or _RAY_TRAIN.match(h.text) for h in hits
+            h.signature == "torchrun_cmd" and _SRUN_TORCHRUN.search(h.text) or _RAY_TRAIN.match(h.text)
+            or h.signature == "srun_node_rank_launch" for h in hits
     ) and not _one_task_a_node(hits) and not _ds_per_node(hits):
         return list(hits), False
     task_host: dict[str, str] = {}
@@ -281,6 +282,9 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
             if mapped is None and launchers and local is not None and label is not None and h.source in per_node:
                 mapped = label * per_node[h.source] + local  # srun's labels are torchrun's node ranks here
             rank = mapped if mapped is not None else None if launchers else local
+        elif rank is None and h.signature == "ds_launcher_exit" and launchers and h.source in per_node:
+            local, label = _int(h.fields.get("local_rank")), _int(srun_label(h))
+            rank = label * per_node[h.source] + local if local is not None and label is not None else None
         if rank is None and len(in_box.get((h.source, srun_label(h)), ())) == 1:
             rank = next(iter(in_box[(h.source, srun_label(h))]))  # only its node's lines, where srun labels them
         elif rank is None and node is None and h.role is Role.ROOT:

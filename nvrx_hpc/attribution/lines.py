@@ -74,7 +74,8 @@ _NODE_WORD = re.compile(r"(?:\bnode[:=] ?|\bRank \d{1,7}, node )(?P<node>[A-Za-z
 _RAY_ACTOR = re.compile(
     r"^\((?:[\w-]+,? )?(?:(?:rank=(?P<rank>\d+)|pid=\d+), ?)*ip=(?P<ip>[\d.]+|[0-9a-fA-F:]+)\) ")
 # Open MPI's own lines about one process: `[h06c0901:07661] Signal: Segmentation fault (11)`
-_OMPI_PROCESS = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+)\] ")
+# UCX's own: `[h:pid:0:tid]`, and after its timestamp `[1530172089.514402] [h:pid:0]` (rounds 37, 38)
+_OMPI_PROCESS = re.compile(r"^(?:\[\d+\.\d+\] +)?\[(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+)(?::\d+(?::\d+)?)?\] ")
 _DEVICE_WORD = re.compile(r"\bDevice[:=] ?(?P<dev>\d+)")
 # `_` between date and time: torchrun's failure box (`time : 2024-08-23_13:16:09`).
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")

@@ -117,18 +117,23 @@ def file_local_maps(hits: Sequence[Hit]) -> dict[str, dict[int, int]]:
 def label_node_ranks(hits: Sequence[Hit]) -> dict[str, int]:
     """source -> processes per node, for files where srun started one torchrun per node (`srun -l ...
     torchrun --nproc-per-node=8`) and its task labels are torchrun's node ranks: every line that pairs a
-    label with torch's global rank (`1: [rank13]:`, two labels at least) has rank // nproc == label. Then a
-    local rank L under label T is global rank T * nproc + L (round 11)."""
+    label with torch's global rank (`1: [rank13]:`, two labels at least) has rank // nproc == label, or the srun
+    line itself passes `--node_rank $SLURM_PROCID`. Then a local rank L under label T is global rank
+    T * nproc + L (round 11)."""
     nproc: dict[str, int] = {}
     pairs: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    told: set[str] = set()  # files whose srun line gives each launcher its task number as node rank (round 38)
     for h in hits:
         if h.signature == "torchrun_cmd" and h.fields.get("nproc", "").isdigit() and int(h.fields["nproc"]) > 0:
             nproc.setdefault(h.source, int(h.fields["nproc"]))
+        if h.signature == "srun_node_rank_launch":
+            told.add(h.source)
         label = h.fields.get("task_label")
         if label is not None and label.isdigit() and h.rank is not None and "tee_local" not in h.fields:
             pairs[h.source].add((int(label), h.rank))
     return {source: p for source, p in nproc.items()
-            if len({t for t, _ in pairs[source]}) >= 2 and all(r // p == t for t, r in pairs[source])}
+            if (source in told or len({t for t, _ in pairs[source]}) >= 2)
+            and all(r // p == t for t, r in pairs[source])}
 
 
 # torchrun `--log-dir D` writes each worker's output to D/<run id>/attempt_<n>/<local rank>/std{out,err}.log

@@ -23,9 +23,10 @@ def lone_exit_rank(hits: Sequence[Hit]) -> list[int]:
     return []
 
 
-# A heap corrupted on two nodes at once is the code's (NCCL's set-up on GB200 or dual-port NICs, round 37): a
-# hardware fault does not strike two hosts alike, so two suffice, not every node of the job.
-_ANY_TWO_NODES = ("heap_corruption",)
+# A heap corrupted or a segfault on two nodes at once is the code's (NCCL's set-up on GB200 or dual-port NICs, round
+# 37; Transformer Engine's kernel on both nodes, round 38): a hardware fault does not strike two hosts alike, so two
+# suffice, not every node of the job.
+ANY_TWO_NODES = ("heap_corruption", "segfault")
 _LAUNCHER_EXITS = ("ds_launcher_exit", "elastic_child_failed", "srun_task_exit")
 
 
@@ -43,15 +44,20 @@ def exited_on_node(nodes: Sequence[str], hits: Sequence[Hit], unplaced: bool = F
     return sorted(ranks) if len(ranks) == 1 else []
 
 
-def every_node_alike(signature: str, hits: Sequence[Hit], rank_nodes: Mapping[int, str], job: Iterable[str]) -> bool:
+def every_node_alike(
+    signature: str, hits: Sequence[Hit], rank_nodes: Mapping[int, str], job: Iterable[str], weak: bool = True
+) -> bool:
     """The root's signature ended (with one exit code) on at least two nodes and on every node the logs and
     the job name: no node or rank stands out (srun's tasks may be launchers; round 26: NCCL's internal
-    error at the first barrier on each of four nodes). A corrupted heap needs only two nodes."""
+    error at the first barrier on each of four nodes). `weak`: the root is a kind that may be met alike (a weak
+    framework error, a network error); a corrupted heap or a segfault needs only two nodes, whatever its kind."""
+    if not weak and signature not in ANY_TWO_NODES:
+        return False
     ends = [h for h in hits if h.signature == signature and h.role is not Role.CONTEXT]
     if len({h.fields.get("code") for h in ends}) != 1:  # -9 here, -6 there: unlike
         return False
     ended = {h.node or rank_nodes.get(h.rank) for h in ends} - {None}  # type: ignore[arg-type]
-    if signature in _ANY_TWO_NODES:
+    if signature in ANY_TWO_NODES:
         return len(ended) >= 2
     return len(ended) >= 2 and ended >= {h.node for h in hits if h.node} | set(job)
 

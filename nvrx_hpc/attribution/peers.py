@@ -32,7 +32,7 @@ _HOST = rb"[A-Za-z][\w-]*(?:\.[A-Za-z][\w-]*)*"
 _ADDRESS_LINES = (
     (
         re.compile(
-            rb"(" + _HOST + rb"):\d+:\d+ \[\d+\] NCCL INFO (?:Bootstrap|NET/IB|NET/Socket)[^\n]*?Using"
+            rb"(" + _HOST + rb"):\d+:\d+ \[\d+\] NCCL INFO (?:Bootstrap|NET/IB|NET/Socket|NET ?:)[^\n]*?Using"
             rb"[^\n]*?[:\s](" + _IP + rb"|" + _IP6 + rb")<"
         ),
         1,
@@ -56,7 +56,8 @@ _PAREN_IP = re.compile(rb" \((" + _IP + rb")\)")
 _HOST_AT_END = re.compile(rb"(" + _HOST + rb")\Z")
 # The remote end a reporting line names, and its own end (to map addresses to the reporter's host).
 _PEER = re.compile(
-    r"(?:from peer|by remote peer|Peer host id:|Call to \w+ (?:from|to)|[Cc]onnect to) ?(?:host )?"
+    r"(?:from peer|by remote peer|Peer host id:|Call to \w+ (?:from|to)|[Cc]onnect to|for ep 0x[0-9a-fA-F]+ -) ?"
+    r"(?:host )?"
     r"(?P<peer>[\w.:%\-]+?)(?:<\d+>|[\s),]|$)"
 )
 _LOCAL = re.compile(r"(?:localGid|My host id:) ?(?P<local>[\w.:\-]+?)(?:[\s),]|$)")

@@ -26,6 +26,8 @@ _PROMPT = re.compile(
     rb"(?m)^(?:\([\w.-]+\) )?\[?[a-z_][\w.-]*@([A-Za-z][\w-]*)[\w.-]*(?::[^\s$#]*|\s[^\n$#\]]{0,80})"
     rb"\]?[$#%] ?([^\n]*)$"
 )
+# a bare `$ cmd` prompt names no host: only a command run on another (`$ ssh gpn-c14 dmesg -T`) places its output
+_BARE_PROMPT = re.compile(rb"(?m)^[$#] ([^\n]*)$")
 # Commands whose output describes the machine they run on (after `sudo`, `time`, an env assignment).
 _LOCAL = frozenset(
     {
@@ -98,7 +100,7 @@ _STARTED_HERE = re.compile(
 )
 
 
-def _command_host(prompt_host: str, command: str, output: bytes = b"") -> str | None:
+def _command_host(prompt_host: str | None, command: str, output: bytes = b"") -> str | None:
     """The host whose state `command`'s output shows (`output`, up to the next prompt), or None when it may
     show other hosts' lines."""
     if _SCRIPT.match(command.strip()) and _STARTED_HERE.search(output):
@@ -129,16 +131,19 @@ def prompt_hosts(data: bytes) -> list[tuple[int, str | None]]:
     """(line number, host or None) of each prompt in `data`, 1-based lines as the scanner counts them; None
     ends the previous prompt's host without giving one (a command whose output is not one machine's)."""
     found: list[tuple[int, str | None]] = []
-    if b"@" not in data:
+    if b"@" not in data and b"$ " not in data:
         return found
     line, pos = 1, 0
-    matches = list(_PROMPT.finditer(data))
-    ends = [m.start() for m in matches[1:]] + [len(data)] * bool(matches)  # its output runs to the next prompt
-    for m, end in zip(matches, ends, strict=True):
-        line += data.count(b"\n", pos, m.start())
-        pos = m.start()
-        output = data[m.end() : end]
-        found.append((line, _command_host(m.group(1).decode(), m.group(2).decode(errors="replace"), output)))
+    prompts = [(m.start(), m.end(), m.group(1).decode(), m.group(2)) for m in _PROMPT.finditer(data)]
+    taken = {start for start, *_ in prompts}
+    prompts += [(m.start(), m.end(), None, m.group(1)) for m in _BARE_PROMPT.finditer(data) if m.start() not in taken]
+    prompts.sort()
+    ends = [p[0] for p in prompts[1:]] + [len(data)] * bool(prompts)  # its output runs to the next prompt
+    for (start, stop, host, command), end in zip(prompts, ends, strict=True):
+        line += data.count(b"\n", pos, start)
+        pos = start
+        placed = _command_host(host, command.decode(errors="replace"), data[stop:end])
+        found.append((line, placed if host is not None or _REMOTE.search(command.decode(errors="replace")) else None))
     return found
 
 

@@ -99,9 +99,10 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     Signature(
         "nic_link_down", _N, _ROOT,
         r"(?:mlx5_core(?: (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d))?[^\n]*"
-        r"(?:Link down|link down|Cable error|module \d+, (?:Cable|Power)|health compromised|"
-        r"firmware fatal|cmd_exec timeout)|\bib\w*: (?:lost carrier|[Ll]ink down)|NIC Link is Down)",
-        ("mlx5_core", "lost carrier", "Link is Down"), True, "network interface went down",
+        r"(?:Link down|link down|Cable error|module \d+, (?:Cable(?! plugged)|Power)|health compromised|"
+        r"firmware fatal|cmd_exec timeout)|\bib\w*: (?:lost carrier|[Ll]ink down)|NIC Link is Down|"
+        r"mlx5_ib\b[^\n]*\bport \d+ link down)",
+        ("mlx5_core", "lost carrier", "Link is Down", "mlx5_ib"), True, "network interface went down",
         ("Mar  3 14:02:11 dgx-17 kernel: mlx5_core 0000:0c:00.0 ibp12s0: Link down",),
     ),
     Signature(  # the HCA itself reported a fault to NCCL: the printing host's own adapter (round 13)
@@ -122,8 +123,10 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     Signature(  # the printer waited for a peer that stopped answering: a victim's line (EFA/OFI, libfabric)
         "net_peer_timeout", _N, _WEAK,
         r"(?:NET/OFI[^\n]*completed with error[^\n]*(?:RC: 110\b|Connection timed out)|"
-        r"Call to recv from \S+ failed ?: Connection timed out|retries exhausted waiting for peer)",
-        ("RC: 110", "Connection timed out", "retries exhausted"), True, "a network peer stopped answering",
+        r"Call to recv from \S+ failed ?: Connection timed out|retries exhausted waiting for peer|"
+        r"UCX\s+ERROR (?:Error )?Endpoint timeout was not handled for ep \S+ - \S+)",  # UCX names the peer (round 38)
+        ("RC: 110", "Connection timed out", "retries exhausted", "Endpoint timeout"), True,
+        "a network peer stopped answering",
         ("p5-1:7331:7339 [0] nccl_net_ofi_rdma.cpp:1318 NCCL WARN NET/OFI Request 0x7f1e completed with error. "
          "RC: 110. Error: Connection timed out. Completed length: 0",
          "w-2:83:2526 [3] misc/socket.cc:503 NCCL WARN Net : Call to recv from 10.1.8.7<41468> failed : Connection "

@@ -128,6 +128,12 @@ LOCALISING: tuple[Signature, ...] = (
         "slurm_batch_host", _S, _CTX, r"^\s*BatchHost=(?P<host>[A-Za-z][\w.-]*)\s*$",
         ("BatchHost=",), None, "the job's batch step ran on {host}", ("   BatchHost=g-d17",),
     ),
+    Signature(  # srun starting one launcher a node, each told its node rank by Slurm (`srun ... $LAUNCHER --node_rank
+        # $SLURM_PROCID`): srun's tasks are launchers, not ranks (launchers._launcher_tasks, round 38)
+        "srun_node_rank_launch", _F, _CTX, r"\bsrun\b[^\n]*--node[-_]rank[= ]\$\{?SLURM_(?:PROCID|NODEID)\b",
+        ("srun",), None, "srun started one launcher a node",
+        ("+ srun --jobid 2217304 --label bash -c '$LAUNCHER --node_rank $SLURM_PROCID pretrain_gpt.py'",),
+    ),
     Signature(  # accelerate's command line as a job script echoes it per node: its machine rank (node_ranks.py:
         # two nodes launched with one machine rank collide, round 36)
         "accelerate_cmd", _F, _CTX,

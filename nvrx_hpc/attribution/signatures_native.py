@@ -38,6 +38,12 @@ NATIVE: tuple[Signature, ...] = (
         ("n12:2771:2815 [1] misc/shmutils.cc:94 NCCL WARN unlink shared memory /dev/shm/nccl-x7Lb failed, error: "
          "No such file or directory",),
     ),
+    Signature(  # NCCL could not allocate its buffers on a GPU the model had filled: the job's memory, as a CUDA OOM is
+        # (NCCL's proxy set-up, round 38); before the transport and generic NCCL entries below
+        "nccl_cuda_oom", Category.APPLICATION, _ROOT, r"NCCL WARN (?:Cuda|CUDA) failure '?out of memory'?",
+        ("NCCL WARN",), False, "NCCL ran out of GPU memory for its buffers (the model left it none)",
+        ("ng41106:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'",),
+    ),
     Signature(  # another transport's set-up (P2P/IPC, net, collnet) hit a CUDA failure: NCCL's, or its settings'
         "nccl_transport_cuda_failure", _F, _ROOT,
         r"transport/(?P<transport>\w+)\.cc:\d+ NCCL WARN (?:Cuda|CUDA) failure",

@@ -29,8 +29,8 @@ TEARDOWN: tuple[Signature, ...] = (
         # torchrun, whose CalledProcessError quotes the command of the first process that failed (round 31)
         "ds_launcher_exit", _F, _CASC,
         r"(?:sigkill_handler\] |CalledProcessError: Command ')\[[^\]]*'--local_rank=(?P<local_rank>\d+)'[^\]]*\]'? "
-        r"(?:exits with return code = |returned non-zero exit status )(?P<code>-?\d+)",
-        ("exits with return code", "returned non-zero exit status"), True,
+        r"(?:exits with return code = |returned non-zero exit status |died with <Signals\.SIG\w+: )(?P<code>-?\d+)",
+        ("exits with return code", "returned non-zero exit status", "died with <Signals."), True,
         "the launcher saw local rank {local_rank} exit with {code}",
         ("n1: [ERROR] [launch.py:325:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=3'] exits with "
          "return code = -11",

@@ -352,8 +352,8 @@ def decide(f: Findings) -> Verdict:
     listed = failed_ranks(root.evidence.text) if root.kind == "log" else []
     if listed:
         ranks, nodes_from_co = listed, False  # every rank raises a checkpoint's failure: those it lists failed
-    if root.kind == "log" and ((category, root.strength) in _ALIKE or root.signature == "heap_corruption") \
-            and every_node_alike(root.signature, f.hits, rank_nodes, {*f.listed_nodes, *f.job_nodes}):
+    if root.kind == "log" and every_node_alike(root.signature, f.hits, rank_nodes, {*f.listed_nodes, *f.job_nodes},
+                                               weak=(category, root.strength) in _ALIKE):
         ranks, nodes_from_co = [], False  # every node of the job ended alike: none stands out (a framework
         # crash that several ranks met alike is then not restartable, below; a network error is the fabric's)
     if (category is Category.APPLICATION or root.signature == "disk_full") and root.kind == "log" and not ranks:
