@@ -29,6 +29,7 @@ from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminate
 from nvrx_hpc.attribution.file_hosts import place_by_file_host
 from nvrx_hpc.attribution.first_reporter import first_gpu_reporter
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
+from nvrx_hpc.attribution.horovod_stall import lone_stalled_path
 from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
 from nvrx_hpc.attribution.library_asserts import library_asserts
 from nvrx_hpc.attribution.lines import LineContext
@@ -229,7 +230,7 @@ def analyze(
     hits = quiet_terminated(aborts_after_exceptions(crash_exits(library_asserts(hits))))
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked
     hits = shared_node_ranks(hang_before_limit(hung_cancels(own_cancels(other_jobs_ends(hits)))))
-    hits = first_gpu_reporter(place_lost_daemon(single_process_rank(place_on_batch_host(hits))))
+    hits = lone_stalled_path(first_gpu_reporter(place_lost_daemon(single_process_rank(place_on_batch_host(hits)))))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     dumps = files.fr_dumps if since is None else [p for p in files.fr_dumps if _mtime(p) >= since]

@@ -122,10 +122,10 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(  # the printer waited for a peer that stopped answering: a victim's line (EFA/OFI, libfabric)
         "net_peer_timeout", _N, _WEAK,
-        r"(?:NET/OFI[^\n]*completed with error[^\n]*(?:RC: 110\b|Connection timed out)|"
+        r"(?:NET/OFI[^\n]*completed with error[^\n]*(?:RC: 11[02]\b|Connection timed out|Host is down)|"
         r"Call to recv from \S+ failed ?: Connection timed out|retries exhausted waiting for peer|"
         r"UCX\s+ERROR (?:Error )?Endpoint timeout was not handled for ep \S+ - \S+)",  # UCX names the peer (round 38)
-        ("RC: 110", "Connection timed out", "retries exhausted", "Endpoint timeout"), True,
+        ("RC: 110", "RC: 112", "Host is down", "Connection timed out", "retries exhausted", "Endpoint timeout"), True,
         "a network peer stopped answering",
         ("p5-1:7331:7339 [0] nccl_net_ofi_rdma.cpp:1318 NCCL WARN NET/OFI Request 0x7f1e completed with error. "
          "RC: 110. Error: Connection timed out. Completed length: 0",
@@ -195,8 +195,8 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(  # the NIC's health poll missed, then recovered: transient (round 12)
         "nic_recovered", _N, _CTX,
-        r"mlx5_core (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)[^\n]*health recovered",
-        ("health recovered",), None, "the network device recovered",
+        r"mlx5_core (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)[^\n]*(?:health recovered|back to normal)",
+        ("health recovered", "back to normal"), None, "the network device recovered",
         ("Mar 03 17:33:41 hgx-b02 kernel: mlx5_core 0000:1a:00.0: poll_health:835:(pid 0): health recovered",),
     ),
     Signature(
