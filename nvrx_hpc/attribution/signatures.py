@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from nvrx_hpc.attribution.api import Category, Role
 from nvrx_hpc.attribution.signature_record import Signature
+from nvrx_hpc.attribution.signatures_hang import HANG
 from nvrx_hpc.attribution.signatures_localising import LOCALISING
 from nvrx_hpc.attribution.signatures_native import NATIVE
 from nvrx_hpc.attribution.signatures_teardown import TEARDOWN
@@ -419,83 +420,7 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         "NCCL unhandled system error",
         ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",),
     ),
-    # ---- distributed hang -------------------------------------------------------------------------
-    Signature(  # TORCH_DISTRIBUTED_DEBUG=DETAIL's check: the ranks' code entered different collectives (round 32)
-        "collective_desync", _D, _ROOT, r"Detected mismatch between collectives on ranks",
-        ("mismatch between collectives",), False, "the ranks entered different collectives",
-        ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
-         "CollectiveFingerPrint(SequenceNumber=12, OpType=ALLREDUCE, TensorShape=[]), but Rank 3 is running ...",),
-    ),
-    Signature(
-        "watchdog_timeout", _D, _WEAK,
-        # A console that wraps long lines (milabench's) puts the WorkNCCL(...) on the next line.
-        # Its own `[Rank N]` names the rank where a launcher's label (srun -l over torchrun) is all the prefix says.
-        r"(?:\[Rank (?P<rank>\d+)\] )?"
-        r"Watchdog caught collective operation timeout:(?: Work\w*\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
-        r"(?:, NumelIn=(?P<numel>\d+))?|\s*$)",
-        ("Watchdog caught",), True, "collective {op} (seq {seq}) timed out",
-        ("[rank4]:[E1016 03:31:38.928 ProcessGroupNCCL.cpp:607] [Rank 4] Watchdog caught collective operation "
-         "timeout: WorkNCCL(SeqNum=9141, OpType=_ALLGATHER_BASE, NumelIn=19008, NumelOut=152064, "
-         "Timeout(ms)=600000) ran for 600071 milliseconds before timing out.",
-         "[rank14]:[E909 09:55:29.307 ProcessGroupNCCL.cpp:607] [Rank 14] Watchdog caught collective operation "
-         "timeout: "),
-    ),
-    Signature(
-        "collective_timeout", _D, _WEAK,
-        r"(?:Timed out waiting [^\n]*for (?:the )?(?:collective|barrier|all_?reduce|recv|send)|"
-        r"timed out in monitoredBarrier|(?:collective|barrier) operation timed out|ProcessGroupGloo[^\n]*[Tt]imed out)",
-        ("Timed out", "timed out"), True, "a collective timed out",
-        ("RuntimeError: ProcessGroupGloo::allreduce: Timed out after 30000 ms",),
-    ),
-    Signature(  # Horovod's stall inspector: under `Missing ranks:`, each rank that never submitted the tensors
-        "horovod_missing_rank", _D, _ROOT,
-        r"^(?:(?P<culprit>\d+): )?\[(?:horovod_)?(?:allreduce|allgather|broadcast|alltoall|reducescatter|"
-        r"grouped_allreduce)\.",
-        ("allreduce.", "allgather.", "broadcast.", "alltoall.", "reducescatter."), True,
-        "rank never submitted the tensors the others wait on (Horovod stall)",
-        ("[1,0]<stderr>:6: [allreduce.emb_tables.user_id.weight, allreduce.dense.weight ...]",),
-    ),
-    Signature(
-        "horovod_stall", _D, _WEAK,
-        # older Horovod lists the ranks that did submit: `[ready ranks: 29, 9, 19, ...]` (round 22), on the
-        # warning's line or on a `Stalled ops:` line of its own (round 24b)
-        r"(?:Horovod has been stalled for more than \d+ seconds|(?:submitted to be reduced, gathered or broadcasted "
-        r"by subset of ranks|Stalled ops: )(?:[^\n]*?\[(?:ready ranks: (?P<ready>\d{1,6}(?:, \d{1,6})*)|missing ranks: "
-        r"(?P<missing_op>\d{1,6}(?:, \d{1,6})*))\])?|"  # or the ranks that did not, after `Stalled ops:` (round 27)
-        r"\[missing ranks: (?P<missing>\d{1,6}(?:, \d{1,6})*)\])",  # or on a line of their own (round 26)
-        ("Horovod has been stalled", "by subset of ranks", "Stalled ops: ", "[missing ranks: "), True,
-        "Horovod stalled waiting for ranks",
-        ("[2024-03-11 20:17:18.727803: E horovod/common/stall_inspector.cc:130] Horovod has been stalled for more "
-         "than 900 seconds. Will shutdown.",),
-    ),
-    Signature(
-        "watchdog_progress", _D, _CTX,
-        # torch 2.5 on: `failure detected by watchdog at work sequence id: N PG status: last enqueued work: M, ...`
-        r"(?:Timeout at NCCL work|detected by watchdog at work(?: sequence id)?): (?P<seq>\d+)(?:,| PG status:) "
-        r"last enqueued (?:NCCL )?work: (?P<enqueued>-?\d+), last completed (?:NCCL )?work: (?P<completed>-?\d+)",
-        ("NCCL work", "PG status"), True, "watchdog progress: work {seq}, enqueued {enqueued}, completed {completed}",
-        ("[PG 3 Rank 4] Timeout at NCCL work: 9141, last enqueued NCCL work: 9141, last completed NCCL work: 9140.",
-         "[PG ID 0 PG GUID 0(default_pg) Rank 2] failure detected by watchdog at work sequence id: 120049 PG status: "
-         "last enqueued work: 120049, last completed work: 120048"),
-    ),
-    Signature(
-        # A rank told to dump by another's timeout prints its own progress: a lower last-enqueued
-        # number than the work the others wait on means it never issued that collective.
-        "watchdog_dump_progress", _D, _CTX,
-        # Its own dump, when its watchdog got stuck, prints the same sentence alone (round 21).
-        r"(?:Received a dump signal due to a collective timeout from rank \d+.{0,120}?|^|[\]:.] )Last enqueued NCCL "
-        r"work: (?P<enqueued>-?\d+), last completed NCCL work: (?P<completed>-?\d+)",
-        ("Last enqueued NCCL work",), True, "dump signal: enqueued {enqueued}, completed {completed}",
-        ("[PG ID 0 PG GUID 0(default_pg) Rank 26] Received a dump signal due to a collective timeout from rank 3 "
-         "and we will try our best to dump the debug info. Last enqueued NCCL work: 18802, last completed NCCL "
-         "work: 18802.",),
-    ),
-    Signature(
-        "heartbeat_stuck", _D, _CASC, r"(?:Heartbeat monitor timed out|watchdog got stuck)",
-        ("Heartbeat monitor", "watchdog got stuck"), True, "NCCL heartbeat monitor fired",
-        ("[rank1]:[F1016 03:40:01] Heartbeat monitor timed out! Process will be terminated after dumping debug info.",),
-    ),
-) + TEARDOWN + LOCALISING
+) + HANG + TEARDOWN + LOCALISING
 
 # Hits that victims print about a peer or a collective: who prints them is not who caused them.
 VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "watchdog_dump_progress",
