@@ -10,7 +10,7 @@ of its own counts, but only one rank may match)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from nvrx_hpc.attribution.api import Hit
 
@@ -33,7 +33,9 @@ def _nccl_bus(bus_id: str) -> int | None:
     return int(bus_id[:-3], 16) if len(bus_id) > 3 else None
 
 
-def ranks_on_buses(gpus: Iterable[str], nodes: Sequence[str], hits: Sequence[Hit]) -> list[int]:
+def ranks_on_buses(
+    gpus: Iterable[str], nodes: Sequence[str], hits: Sequence[Hit], rank_nodes: Mapping[int, str] | None = None
+) -> list[int]:
     """Global ranks whose NCCL world communicator ran on one of `gpus` (Xid bus ids) on one of `nodes`."""
     buses = {b for g in gpus if (b := _xid_bus(g)) is not None}
     if not buses or not nodes:
@@ -45,12 +47,15 @@ def ranks_on_buses(gpus: Iterable[str], nodes: Sequence[str], hits: Sequence[Hit
         m = _COMM_RANK.search(h.text)
         if m and h.fields.get("world") == str(world) and _nccl_bus(h.fields["bus"]) in buses:
             found.add(int(m.group(1)))
-    return sorted(found) or _ranks_on_indexes(buses, nodes, hits)
+    return sorted(found) or _ranks_on_indexes(buses, nodes, hits, rank_nodes or {})
 
 
-def _ranks_on_indexes(buses: set[int], nodes: Sequence[str], hits: Sequence[Hit]) -> list[int]:
+def _ranks_on_indexes(
+    buses: set[int], nodes: Sequence[str], hits: Sequence[Hit], rank_nodes: Mapping[int, str]
+) -> list[int]:
     """The one rank whose start-up line names the bus itself (`[rank 5] host=h device=cuda:1 pci=0000:65:00.0`), or
-    the one whose `cuda:` index nvidia-smi lists at the bus."""
+    the one whose `cuda:` index nvidia-smi lists at the bus; with no rank naming its device, the node's rank at that
+    index in its block of consecutive ranks (a launcher gives local rank i the GPU i; round 40)."""
     short = {n.split(".")[0] for n in nodes}
     direct = {int(h.fields["drank"]) for h in hits if h.signature == "rank_device" and h.fields.get("pbus")
               and int(h.fields["pbus"], 16) in buses
@@ -63,10 +68,12 @@ def _ranks_on_indexes(buses: set[int], nodes: Sequence[str], hits: Sequence[Hit]
     if len(indexes) != 1:
         return []
     ranks = {int(h.fields["drank"]) for h in here if h.signature == "rank_device" and h.fields.get("device") in indexes}
+    if not ranks and len(set(nodes)) == 1 and not any(h.signature == "rank_device" for h in here):
+        return rank_on_device([f"{nodes[0]}:{next(iter(indexes))}"], rank_nodes)
     return sorted(ranks) if len(ranks) == 1 else []
 
 
-def rank_on_device(gpus: Sequence[str], rank_nodes: dict[int, str]) -> list[int]:
+def rank_on_device(gpus: Sequence[str], rank_nodes: Mapping[int, str]) -> list[int]:
     """The rank that ran on a node's `cuda:<index>` a CUDA error names (`node:5`), when the node's ranks are one
     block of consecutive ranks and the index is above 0: a launcher that starts one process a GPU gives local
     rank i the device i (DeepSpeed, torchrun); index 0 may be a process that sees only its own GPU (round 29)."""

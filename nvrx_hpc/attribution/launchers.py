@@ -29,6 +29,8 @@ NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")  # docker's default hostname in a container: not a node (round 27)
 _MAPPING_ITEM = re.compile(r"'([^']+)': \[([\d, ]*)\]")
 _CRASH_CODES = {"-11", "-7", "-4", "139", "135", "132"}  # SIGSEGV, SIGBUS, SIGILL (negative or 128+N)
+# Slurm's report of a lost node (`srun: error: Node failure on n2`) is about a node, not a box's rank (round 40).
+_NODE_LINES = frozenset({"node_failure", "slurm_node_not_responding"})
 _SRUN_TORCHRUN = re.compile(r"\bsrun\b[^\n]*\b(?:torchrun|torch\.distributed\.(?:run|launch))\b")
 _CRASH_WORDS = ("Segmentation fault", "Bus error")
 _TASK_ENDS = ("srun_task_exit", "slurm_oom_kill")  # srun's `host: task N: <how it ended>` lines
@@ -285,7 +287,7 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
         elif rank is None and h.signature == "ds_launcher_exit" and launchers and h.source in per_node:
             local, label = _int(h.fields.get("local_rank")), _int(srun_label(h))
             rank = label * per_node[h.source] + local if local is not None and label is not None else None
-        if rank is None and len(in_box.get((h.source, srun_label(h)), ())) == 1:
+        if rank is None and len(in_box.get((h.source, srun_label(h)), ())) == 1 and h.signature not in _NODE_LINES:
             rank = next(iter(in_box[(h.source, srun_label(h))]))  # only its node's lines, where srun labels them
         elif rank is None and node is None and h.role is Role.ROOT:
             rank, node = _first_failure_below(h, boxes)

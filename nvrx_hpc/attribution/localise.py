@@ -21,7 +21,7 @@ from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.launchers import ds_mapping, enrich, is_host, name_oom_victims, name_victims
 from nvrx_hpc.attribution.lines import LEAD_STAMP, parse_time, ranks_of
 from nvrx_hpc.attribution.peers import sample_addresses
-from nvrx_hpc.attribution.rank_blocks import WORLD_KEYS, fill_blocks
+from nvrx_hpc.attribution.rank_blocks import WORLD_KEYS, fill_blocks, launch_world
 from nvrx_hpc.attribution.resources import DiskRow, file_host, sample_disks
 from nvrx_hpc.slurm.hostlist import HostlistError, expand
 
@@ -424,6 +424,7 @@ def known_ranks(hits: Iterable[Hit], others: Iterable[int] = ()) -> set[int]:
         for key in WORLD_KEYS:
             if h.fields.get(key, "").isdigit():
                 world = max(world, int(h.fields[key]))
+        world = max(world, launch_world(h))
     top = max(ranks, default=-1) + 1
     size = max(world, top)
     return set(range(size)) if size <= 100_000 else ranks

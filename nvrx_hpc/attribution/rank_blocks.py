@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 from nvrx_hpc.attribution.api import Hit
 
-__all__ = ["fill_blocks", "world_sizes", "WORLD_KEYS"]
+__all__ = ["fill_blocks", "launch_world", "world_sizes", "WORLD_KEYS"]
 
 
 def _rendezvous_blocks(hits: Sequence[Hit]) -> list[tuple[int, str]]:
@@ -100,6 +100,13 @@ def _last_block(nodes: dict[int, str], hits: Sequence[Hit], size: int, blocks: d
 
 
 WORLD_KEYS = ("world", "world2", "world3", "world4")  # the world size's fields in the catalog's signatures
+
+
+def launch_world(h: Hit) -> int:
+    """The world size a torchrun command line gives (`--nnodes=2 --nproc-per-node=8`: 16), a fixed node count
+    only (not `--nnodes=1:4`); 0 otherwise (round 40)."""
+    nnodes, nproc = h.fields.get("nnodes", ""), h.fields.get("nproc", "")
+    return int(nnodes) * int(nproc) if h.signature == "torchrun_cmd" and nnodes.isdigit() and nproc.isdigit() else 0
 
 
 def world_sizes(hits: Iterable[Hit]) -> set[int]:

@@ -1,14 +1,13 @@
 """The verdict: one decision from every source (log hits, failure records, launcher events, health
 snapshots, flight recorder, Slurm's job state). A pure function of its inputs; no I/O.
 
-Rule of thumb, in order: the strongest kind of cause present wins (a root signature over a weak one,
-such as a watchdog timeout, over cascade lines); among those, the earliest; GPU hardware evidence on
-the same node explains an application or framework error there; everything after the root on other
-ranks is cascade. Lines printed by the victims of a hang (timeouts, remote-peer errors, stacks inside a
-collective) name who they wait on, not who printed them (`hang_suspects`); teardown lines alone give
-`unknown`; category, restartable and action always agree. A failed node's ranks are the job's ranks no
-source places elsewhere; NaN on ranks of several nodes, or the same error or teardown on every rank,
-names no rank; a host resource that ran out is judged by `resources.judge`."""
+Rule of thumb, in order: the strongest kind of cause present wins (a root signature over a weak one, such as
+a watchdog timeout, over cascade lines); among those, the earliest; GPU hardware evidence on the same node
+explains an application or framework error there; everything after the root on other ranks is cascade. Lines
+printed by the victims of a hang (timeouts, remote-peer errors, stacks inside a collective) name who they wait
+on, not who printed them (`hang_suspects`); teardown lines alone give `unknown`; category, restartable and
+action always agree. A failed node's ranks are the job's ranks no source places elsewhere; NaN on ranks of
+several nodes, or one error or teardown on every rank, names no rank; `resources.judge` judges a resource."""
 
 from __future__ import annotations
 
@@ -40,6 +39,7 @@ from nvrx_hpc.attribution.localise import known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
 from nvrx_hpc.attribution.lone_exit import every_node_alike, every_rank_of_node, exited_on_node, lone_exit_rank
 from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node, taken_vm
+from nvrx_hpc.attribution.node_wide import node_wide_ranks
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
 from nvrx_hpc.attribution.recurrence import recurs_across_runs
 from nvrx_hpc.attribution.resources import DiskRow, judge
@@ -334,8 +334,8 @@ def decide(f: Findings) -> Verdict:
         # its cause is not in these logs.
         category = Category.UNKNOWN
     if root.category is Category.GPU_HARDWARE and not ranks:
-        ranks = (sorted(_ranks_under_gpu(root, causes, rank_nodes)) or ranks_on_buses(root.gpus, root.nodes, f.hits)
-                 or exited_on_node(root.nodes, f.hits, unplaced=True)
+        ranks = (sorted(_ranks_under_gpu(root, causes, rank_nodes)) or ranks_on_buses(root.gpus, root.nodes, f.hits,
+                 rank_nodes) or exited_on_node(root.nodes, f.hits, unplaced=True)
                  or (lone_exit_rank(f.hits) if not root.nodes else []))
     if root.category is Category.GPU_HARDWARE and not ranks and len(set(root.nodes)) == 1:
         # A GPU that faulted (fell off the bus, hung) silences its rank while the others time out: the
@@ -374,6 +374,7 @@ def decide(f: Findings) -> Verdict:
     nodes = sorted(({n for c in co for n in c.nodes} if nodes_from_co else set()) | lost
                    | {rank_nodes[r] for r in ranks if r in rank_nodes})  # fmt: skip
     gpus = sorted({g for c in co for g in c.gpus}) if nodes_from_co else []
+    ranks = node_wide_ranks(root.category, root.signature, root.evidence.text, nodes, ranks, rank_nodes)
     if root.category is Category.NETWORK and root.kind == "log" and len(ranks) > 1 and len(nodes) == 1:
         ranks = []  # several ranks of one node saw its adapter or link fail: the node's network, not a rank's
     peer_unknown = False
@@ -390,8 +391,7 @@ def decide(f: Findings) -> Verdict:
     if together:  # links of several hosts lost at once: the switch they share, not one node (fabric.py)
         ranks, nodes, gpus = [], [], []
         found_by = f"; {together} hosts lost their links within {FABRIC_WINDOW_S:.0f} s: the fabric, not one node"
-    # A host resource that ran out (memory, a disk, /dev/shm): the job's demand, one node's state or a
-    # shared file system's (resources.py).
+    # A host resource that ran out (memory, a disk, /dev/shm): the job's demand, one node's or a shared FS's.
     resource = judge(root.signature, root.evidence.text, root.time, ranks, nodes, hits=f.hits,
                      rank_nodes=rank_nodes, disks=f.disks, stamps=f.stamps,
                      job_nodes=(*f.job_nodes, *f.listed_nodes)) if root.kind == "log" else None  # fmt: skip

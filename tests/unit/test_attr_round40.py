@@ -1,0 +1,91 @@
+"""Rules from round 40 of blind cases (and the cases of round 39 that stayed missed): a fault of a node's NVSwitch
+fabric names every rank of the node; Slurm's node-failure line is not the rank of the failure box above it; a
+torchrun command line's node count gives the world size; an Xid's bus, through nvidia-smi's index, names the rank
+at that index of its node's block."""
+
+from __future__ import annotations
+
+from _attr_helpers import write_run
+
+from nvrx_hpc.attribution.analyze import analyze_run
+from nvrx_hpc.attribution.api import Category
+
+
+def test_an_nvls_setup_failure_names_every_rank_of_its_node(tmp_path):
+    lines = [
+        "+ srun -l --ntasks-per-node=1 bash -c 'torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_NODEID "
+        "train.py'",
+        *(f"0: [rank{r}]: step 10 loss 2.1" for r in range(4)),
+        "1: hgx-n04:3771:3801 [1] transport/nvls.cc:158 NCCL WARN Cuda failure 401 'the operation cannot be "
+        "performed in the present state'",
+        "1: [rank5]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:77, unhandled cuda error",
+        "1: [rank6]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:77, unhandled cuda error",
+        "srun: error: hgx-n04: task 1: Exited with exit code 1",
+    ]
+    v = analyze_run(write_run(tmp_path, {"slurm-55.out": lines})).verdict
+    assert v.category is Category.GPU_HARDWARE and v.culprit.nodes == ("hgx-n04",)
+    assert v.culprit.ranks == (4, 5, 6, 7)
+
+
+def test_an_xid_on_one_gpu_still_names_one_rank(tmp_path):
+    lines = [
+        "+ srun -l --ntasks-per-node=1 bash -c 'torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_NODEID "
+        "train.py'",
+        "1: [rank5]: RuntimeError: CUDA error: an illegal memory access was encountered",
+        "1: [rank6]: RuntimeError: CUDA error: an illegal memory access was encountered",
+    ]
+    kern = ["Mar 11 02:14:30 hgx-n04 kernel: NVRM: Xid (PCI:0000:2a:00): 79, pid=3772, GPU has fallen off the bus."]
+    v = analyze_run(write_run(tmp_path, {"slurm-55.out": lines, "hgx-n04.kern.log": kern})).verdict
+    assert v.category is Category.GPU_HARDWARE and len(v.culprit.ranks) < 4
+
+
+def test_a_lost_node_after_a_failure_box_names_the_lost_nodes_ranks(tmp_path):
+    lines = [
+        "node_rank 0 -> gpu-sp-1 (10.0.136.41)",
+        "node_rank 1 -> gpu-sp-2 (10.0.141.7)",
+        "launching: torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_NODEID --master-addr=gpu-sp-1 train.py",
+        "[rank1]:[E1119 05:04:47.902551068 ProcessGroupNCCL.cpp:1515] [PG 0 (default_pg) Rank 1] Process group "
+        "watchdog thread terminated with exception: NCCL error: remote process exited or there was a network error",
+        "E1119 05:04:51.774000 9731 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) "
+        "local_rank: 1 (pid: 9763) of binary: /usr/bin/python",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2024-11-19_05:04:47",
+        "  host      : gpu-sp-1",
+        "  rank      : 1 (local_rank: 1)",
+        "  exitcode  : -6 (pid: 9763)",
+        "srun: error: Node failure on gpu-sp-2",
+        "slurmstepd: error: *** JOB 2291 ON gpu-sp-1 CANCELLED AT 2024-11-19T05:06:31 DUE TO NODE FAILURE, SEE "
+        "SLURMCTLD LOG FOR DETAILS ***",
+    ]
+    v = analyze_run(write_run(tmp_path, {"slurm-2291.out": lines})).verdict
+    assert v.category is Category.HOST and v.culprit.nodes == ("gpu-sp-2",)
+    assert v.culprit.ranks == (4, 5, 6, 7)
+
+
+def test_an_xids_bus_names_the_rank_at_its_nvidia_smi_index(tmp_path):
+    lines = [
+        "+ srun -l hostname",
+        "0: hgx-a101",
+        "1: hgx-a102",
+        "+ srun -l bash -c 'torchrun --nnodes 2 --nproc_per_node 4 --node_rank $SLURM_PROCID train.py'",
+        "0: using world size: 8",
+        *(f"{r // 4}: [rank{r}]:[E907 02:00:44.127540881 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught "
+          "collective operation timeout: WorkNCCL(SeqNum=11, OpType=ALLREDUCE) ran for 600000 milliseconds"
+          for r in (0, 1, 2, 3, 4, 5)),
+        "srun: error: hgx-a102: task 1: Killed",
+    ]  # fmt: skip
+    kern = ["Sep 07 01:51:37 hgx-a102 kernel: NVRM: Xid (PCI:0000:9d:00): 119, pid=77502, name=python, Timeout "
+            "after 6s of waiting for RPC response from GPU2 GSP!"]  # fmt: skip
+    smi = [
+        "$ ssh hgx-a102 nvidia-smi --query-gpu=index,pci.bus_id,utilization.gpu --format=csv",
+        "index, pci.bus_id, utilization.gpu [%]",
+        "0, 00000000:18:00.0, 100 %",
+        "1, 00000000:2A:00.0, 100 %",
+        "2, 00000000:9D:00.0, [Unknown Error]",
+        "3, 00000000:C3:00.0, 100 %",
+    ]
+    files = {"slurm-9.out": lines, "journalctl-k_hgx-a102.txt": kern, "nvidia-smi_hgx-a102.txt": smi}
+    v = analyze_run(write_run(tmp_path, files)).verdict
+    assert v.category is Category.GPU_HARDWARE and v.culprit.nodes == ("hgx-a102",)
+    assert v.culprit.ranks == (6,)
