@@ -1,9 +1,10 @@
-"""GPU faults in a part the whole node shares: every rank of the node (round 40).
+"""Faults in a part the whole node shares: every rank of the node (round 40).
 
 An Xid or an ECC error belongs to one GPU, and so to the rank on it. NVLink SHARP (NVLS) multicast and the
 fabric manager are the node's NVSwitch fabric: when they fail, every GPU of the node fails alike, even though
-only the ranks that got as far as printing name themselves. The culprit is then the node's whole block of
-ranks, as the rank map places them.
+only the ranks that got as far as printing name themselves. A file missing from a node-local path
+(`/data/local_nvme/cache/...`) is missing for every process of that node. The culprit is then the node's whole
+block of ranks, as the rank map places them.
 """
 
 from __future__ import annotations
@@ -12,22 +13,29 @@ import re
 from collections.abc import Mapping, Sequence
 
 from nvrx_hpc.attribution.api import Category
+from nvrx_hpc.attribution.resources import is_local_path
 
 __all__ = ["node_wide_ranks"]
 
 NODE_WIDE_SIGNATURES = frozenset({"nccl_nvls_failure", "cuda_system_not_ready"})
 _NODE_WIDE_TEXT = re.compile(r"\bNVLS\b|[Mm]ulticast|[Ff]abric ?[Mm]anager|NVSwitch")
+_MISSING_FILE = re.compile(r"No such file or directory: '(/[^']+)'")
+
+
+def _node_wide(category: Category, signature: str, text: str) -> bool:
+    if category is Category.GPU_HARDWARE:
+        return signature in NODE_WIDE_SIGNATURES or bool(_NODE_WIDE_TEXT.search(text))
+    missing = _MISSING_FILE.search(text) if category is Category.APPLICATION else None
+    return missing is not None and is_local_path(missing.group(1))
 
 
 def node_wide_ranks(
     category: Category, signature: str, text: str, nodes: Sequence[str], ranks: Sequence[int],
     rank_nodes: Mapping[int, str],
 ) -> list[int]:
-    """All ranks the rank map places on the root's one node when the root is a GPU fault of the node's shared
-    fabric and the named ranks are all there; `ranks` unchanged otherwise."""
-    if category is not Category.GPU_HARDWARE or len(set(nodes)) != 1:
-        return list(ranks)
-    if not (signature in NODE_WIDE_SIGNATURES or _NODE_WIDE_TEXT.search(text)):
+    """All ranks the rank map places on the root's one node when the root is a fault of a part the node shares and
+    the named ranks are all there; `ranks` unchanged otherwise."""
+    if len(set(nodes)) != 1 or not _node_wide(category, signature, text):
         return list(ranks)
     block = sorted(r for r, n in rank_nodes.items() if n == nodes[0])
     return block if set(ranks) <= set(block) and len(block) > len(ranks) else list(ranks)

@@ -29,7 +29,10 @@ from pathlib import PurePosixPath
 
 from nvrx_hpc.attribution.api import Category, Hit, Role
 
-__all__ = ["DiskRow", "Judgement", "sample_disks", "file_host", "judge", "shm_bus_errors", "HOST_OOM", "RAN_LONG_S"]
+__all__ = [
+    "DiskRow", "Judgement", "sample_disks", "file_host", "judge", "is_local_path", "shm_bus_errors", "HOST_OOM",
+    "RAN_LONG_S",
+]  # fmt: skip
 
 HOST_OOM = ("linux_oom_kill", "slurm_oom_kill")
 RAN_LONG_S = 3600.0
@@ -42,9 +45,15 @@ _SSH = re.compile(rb"\bssh\s+(?:-\S+\s+(?:\S+\s+)?)*?(?:[\w.-]+@)?(" + _HOST + r
 _HOST_WORD = re.compile(rb"(?<![\w./@=-])(" + _HOST + rb")(?![\w/])")
 _LOCAL_PATH = re.compile(r"^/(?:tmp|var/tmp|dev/shm|raid\d*|l?scratch[_-]?local|local[\w-]*|nvme[\w-]*|ssd[\w-]*|"
                          r"mnt/(?:local|nvme|ssd)[\w-]*)(?:/|$)")  # fmt: skip
+_LOCAL_SUBDIR = re.compile(r"^/[\w-]+/(?:local|nvme|ssd)[\w-]*/")  # one level down: `/data/local_nvme/` (round 40)
 _SHM_FULL = re.compile(r"/dev/shm/[^\n]*No space left on device|No space left on device[^\n]*/dev/shm/")
 _ENOSPC_PATH = re.compile(r"No space left on device[^'\"/\n]*?['\"]?(/[^'\"\s]+)")
 
+
+
+def is_local_path(path: str) -> bool:
+    """A path on a node's own storage (`/tmp`, `/local_nvme`, `/raid`, `/data/local_nvme/...`), not a shared one."""
+    return bool(_LOCAL_PATH.match(path) or _LOCAL_SUBDIR.match(path))
 
 @dataclass(frozen=True)
 class DiskRow:
@@ -173,7 +182,7 @@ def judge(
         if "quota" in text.lower():
             return Judgement(ranks, nodes, False, False, "; the job's own quota")
         host, spared = _full_disk(text, disks)
-        if host is None and (m := _ENOSPC_PATH.search(text)) and _LOCAL_PATH.match(m.group(1)) and len(nodes) == 1:
+        if host is None and (m := _ENOSPC_PATH.search(text)) and is_local_path(m.group(1)) and len(nodes) == 1:
             host = nodes[0]
         if host is not None:
             writers = tuple(r for r in ranks if rank_nodes.get(r, host) == host)

@@ -89,3 +89,25 @@ def test_an_xids_bus_names_the_rank_at_its_nvidia_smi_index(tmp_path):
     v = analyze_run(write_run(tmp_path, files)).verdict
     assert v.category is Category.GPU_HARDWARE and v.culprit.nodes == ("hgx-a102",)
     assert v.culprit.ranks == (6,)
+
+
+def _missing(path: str) -> list[str]:
+    return [
+        "+ srun -l --ntasks-per-node=1 bash -c 'torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_NODEID "
+        "pretrain_gpt.py'",
+        *(f"0: [rank{r}]: building GPT datasets" for r in range(4)),
+        f"1: [rank5]: FileNotFoundError: [Errno 2] No such file or directory: '{path}/train-document_index.npy'",
+        f"1: [rank6]: FileNotFoundError: [Errno 2] No such file or directory: '{path}/train-document_index.npy'",
+        "srun: error: dgx-b07: task 1: Exited with exit code 1",
+    ]
+
+
+def test_a_file_missing_from_a_node_local_path_names_every_rank_of_its_node(tmp_path):
+    v = analyze_run(write_run(tmp_path, {"slurm-7.out": _missing("/data/local_nvme/cache")})).verdict
+    assert v.category is Category.APPLICATION and v.culprit.nodes == ("dgx-b07",)
+    assert v.culprit.ranks == (4, 5, 6, 7)
+
+
+def test_a_file_missing_from_shared_storage_names_only_its_ranks(tmp_path):
+    v = analyze_run(write_run(tmp_path, {"slurm-7.out": _missing("/lustre/proj/cache")})).verdict
+    assert v.category is Category.APPLICATION and v.culprit.ranks == (5, 6)
