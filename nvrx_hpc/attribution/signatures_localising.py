@@ -183,8 +183,10 @@ LOCALISING: tuple[Signature, ...] = (
         ("Torch distributed initialized. Hostname gpu-n061, pid 40212, rank 1 / size 4, local rank 1 / local size 4.",),
     ),
     Signature(
-        "stack_in_collective", _D, _CTX, r"distributed_c10d\.py", ("distributed_c10d",), None,
-        "a stack inside a collective", ("    all_reduce (torch/distributed/distributed_c10d.py:2501)",),
+        "stack_in_collective", _D, _CTX, r"distributed_c10d\.py|\(deepspeed/comm/(?:comm|torch)\.py:\d+\)",
+        ("distributed_c10d", "deepspeed/comm/"), None, "a stack inside a collective",
+        ("    all_reduce (torch/distributed/distributed_c10d.py:2501)",
+         "    all_gather_into_tensor (deepspeed/comm/comm.py:305)"),
     ),
     Signature(  # py-spy's header of a process's main thread: a rank's dump, wherever it waits (hang_suspects.py)
         "stack_main_thread", _D, _CTX, r"^Thread (?:0x)?[0-9A-Fa-f]+ \([\w ,-]+\): \"MainThread\"", ("MainThread",),

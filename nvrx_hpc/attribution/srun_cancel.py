@@ -50,7 +50,8 @@ def own_cancels(hits: Sequence[Hit]) -> list[Hit]:
             for h in hits]  # fmt: skip
 
 
-_LIVE_FRAME = re.compile(r"distributed_c10d\.py:\d+\)")  # a dump's frame, not a traceback's `File "...", line N`
+# a dump's frame, not a traceback's `File "...", line N`
+_LIVE_FRAME = re.compile(r"(?:distributed_c10d|deepspeed/comm/(?:comm|torch))\.py:\d+\)")
 
 
 _STALL_REPORTS = ("horovod_stall", "horovod_missing_rank")  # a stall inspector repeats while the job is stuck
@@ -59,11 +60,15 @@ _STALL_REPORTS = ("horovod_stall", "horovod_missing_rank")  # a stall inspector 
 def hung_cancels(hits: Sequence[Hit]) -> list[Hit]:
     """When stack dumps show processes inside a collective, or a stall inspector reported ranks missing,
     and a user cancelled the job (no `DUE TO`), that is a hang's evidence (victims': the verdict names
-    who they wait on) and the cancel its context."""
+    who they wait on) and the cancel its context. Dumps inside a collective with no failure line at all are
+    a hang's evidence too: the job was found hung while it still ran (round 40)."""
     live = [h for h in hits if h.signature == "stack_in_collective" and _LIVE_FRAME.search(h.text)]
     cancels = [h for h in hits if h.signature == "slurm_cancelled" and not h.fields.get("why")
                and h.role is not Role.CONTEXT]  # fmt: skip
     stalled = any(h.signature in _STALL_REPORTS and any(_before(h, c) for c in cancels) for h in hits)
+    if live and not cancels and not any(h.role in (Role.ROOT, Role.WEAK) for h in hits):
+        # Dumps of processes inside a collective and no failure anywhere: a job found hung while still running.
+        return [dataclasses.replace(h, role=Role.WEAK) if h in live else h for h in hits]
     if not (live or stalled) or not cancels:
         return list(hits)
     return [dataclasses.replace(h, role=Role.WEAK) if h.signature == "stack_in_collective"

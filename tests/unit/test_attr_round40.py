@@ -111,3 +111,24 @@ def test_a_file_missing_from_a_node_local_path_names_every_rank_of_its_node(tmp_
 def test_a_file_missing_from_shared_storage_names_only_its_ranks(tmp_path):
     v = analyze_run(write_run(tmp_path, {"slurm-7.out": _missing("/lustre/proj/cache")})).verdict
     assert v.category is Category.APPLICATION and v.culprit.ranks == (5, 6)
+
+
+def test_dumps_inside_a_collective_with_no_failure_line_are_a_hang(tmp_path):
+    dump = []
+    for pid in range(41204, 41208):
+        dump += [f"$ py-spy dump --pid {pid}", f'Thread {pid} (active): "MainThread"',
+                 "    _all_gather_into_tensor (deepspeed/comm/torch.py:212)",
+                 "    all_gather_into_tensor (deepspeed/comm/comm.py:305)",
+                 "    fetch_sub_module (deepspeed/runtime/zero/partitioned_param_coordinator.py:317)"]  # fmt: skip
+    log = ["trn-a21: [2024-03-12 09:15:21,008] [INFO] [config.py:988:print]   zero_config stage=3",
+           "trn-a21:   0%|          | 0/50 [00:00<?, ?it/s]"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"pyspy_trn-a21.txt": dump, "train.log": log})).verdict
+    assert v.category is Category.DISTRIBUTED_HANG
+
+
+def test_dumps_inside_a_collective_stay_victims_of_a_failure(tmp_path):
+    dump = ["$ py-spy dump --pid 4120", 'Thread 4120 (active): "MainThread"',
+            "    all_reduce (torch/distributed/distributed_c10d.py:2501)"]  # fmt: skip
+    log = ["[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered"]
+    v = analyze_run(write_run(tmp_path, {"pyspy.txt": dump, "train.log": log})).verdict
+    assert v.category is not Category.DISTRIBUTED_HANG and v.culprit.ranks == (3,)
