@@ -3,7 +3,9 @@
 A host's own link going down (`mlx5_core ... Link down`) names that host: its cable, port or NIC. When
 two or more hosts lose their links within a few seconds of each other, no one node explains it: the
 switch (or a fabric manager, or a power event) they share does. Excluding them would only shrink the
-pool, so the verdict names no node and retries.
+pool, so the verdict names no node and retries. So it is when the adapters of two or more hosts report a `port
+error` together (round 40): a flapping link between them, or their switch, not one node's adapter; NCCL prints those
+events without a time, so two hosts' events interleaved in one job output count as together.
 """
 
 from __future__ import annotations
@@ -11,19 +13,24 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-__all__ = ["FABRIC_WINDOW_S", "fabric_wide"]
+__all__ = ["FABRIC_WINDOW_S", "LINK_EVENTS", "fabric_wide"]
 
 FABRIC_WINDOW_S = 30.0  # hosts whose links went down this close together lost them to one event
 # A link that lost its carrier; a NIC's own fault (cable error, firmware, health) stays that host's.
-_LINK_LOST = re.compile(r"[Ll]ink down|lost carrier|Link is Down")
+_LINK_LOST = re.compile(r"[Ll]ink down|lost carrier|Link is Down|async event ?: port error")
+LINK_EVENTS = frozenset({"nic_link_down", "nccl_ib_async_event"})  # the signatures whose lines may say so
 
 
-def fabric_wide(downs: Iterable[tuple[str, float | None, str]]) -> int:
+def fabric_wide(downs: Iterable[tuple[str, float | None, str, str]]) -> int:
     """How many hosts lost their links together: the number of hosts whose first link-down lines (host,
-    time, text) fall within `FABRIC_WINDOW_S` of each other when there are two or more; else 0 (one
-    host, a NIC's own fault, or a line without a time, which cannot be placed in the window)."""
+    time, text, file) fall within `FABRIC_WINDOW_S` of each other when there are two or more; else 0 (one
+    host, a NIC's own fault, or a line without a time, which cannot be placed in the window, unless every line
+    is a timeless port error of one file)."""
     first: dict[str, float] = {}
-    for host, when, text in downs:
+    downs = list(downs)
+    if all(when is None and "port error" in text for _, when, text, _ in downs) and len({f for *_, f in downs}) == 1:
+        return len({host for host, *_ in downs}) if len({host for host, *_ in downs}) >= 2 else 0
+    for host, when, text, _ in downs:
         if when is None or not _LINK_LOST.search(text):
             return 0
         first[host] = min(first.get(host, when), when)

@@ -34,7 +34,10 @@ _SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): |^\[(\d{1,7})\]:(?=\[)")  # `12: `; `[
 _TORCHX_ROLE = re.compile(r"^[A-Za-z][\w.-]*/\d{1,5} (?=\s|\[)")
 _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
-_MPI_RANK = re.compile(r"^\[\d+,(\d{1,7})\]<(?:stdout|stderr|stddiag)>:\s?")  # mpirun --tag-output: `[1,3]<stderr>:`
+# mpirun --tag-output: `[1,3]<stderr>:`; Horovod's gloo runner `[3]<stderr>:`, after a ctime stamp with
+# --timestamp-output (`Tue May 23 11:04:33 2023[3]<stderr>:`, round 40)
+_MPI_RANK = re.compile(r"^(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?\[(?:\d+,)?(\d{1,7})\]"
+                       r"<(?:stdout|stderr|stddiag)>:\s?")
 # A runner's `[host:rank]:` before each line (`[dgx-114:3]:[rank3]: ...`); UCX's `[host:pid:0:tid]` has more colons.
 _HOST_RANK = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<rank>\d{1,7})\]:")
 # pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit or a hyphen,
@@ -223,12 +226,16 @@ def ranks_of(tasks: str) -> list[int]:
     return out
 
 
+_TASK_CAUSES = ("slurm_oom_kill", "segfault")  # what srun reports per task as a cause, not as teardown
+
+
 def hit_ranks(h: Hit) -> tuple[int, ...]:
-    """A hit's ranks: its own, or every task srun's OOM line names (`tasks 13-15: Out Of Memory`, round 15;
-    not when srun's tasks were launchers: launchers.py renames the field then)."""
+    """A hit's ranks: its own, or every task srun's OOM or crash line names (`tasks 13-15: Out Of Memory`, round
+    15; `tasks 4-7: Segmentation fault`, round 40; not when srun's tasks were launchers: launchers.py renames the
+    field then)."""
     if h.rank is not None:
         return (h.rank,)
-    return tuple(ranks_of(h.fields.get("tasks", ""))) if h.signature == "slurm_oom_kill" else ()
+    return tuple(ranks_of(h.fields.get("tasks", ""))) if h.signature in _TASK_CAUSES else ()
 
 
 def _frac(digits: str | None) -> float:

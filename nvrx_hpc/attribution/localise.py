@@ -187,9 +187,10 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
             hosts.setdefault(int(m.group(1)), m.group(2).decode())
         for r, host in [*_node_rank_hosts(data), *_container_hosts(data)]:
             hosts.setdefault(r, host)
-        for m in _RAY_WORLD_RANK.finditer(data):  # at an address this file pairs with a host (`Local node IP`)
-            if m.group(1).decode() in addresses:
-                hosts.setdefault(int(m.group(2)), addresses[m.group(1).decode()])
+        for m in _RAY_WORLD_RANK.finditer(data):  # at an address this file pairs with a host (`Local node IP`), or
+            # at the address itself, Ray's node name when it names its nodes by address (round 40)
+            address = m.group(1).decode()
+            hosts.setdefault(int(m.group(2)), addresses.get(address, address))
         for m in _PREFIX_RANKS.finditer(data):
             found.add(int(next(g for g in m.groups() if g is not None)))
         found.update(int(m.group(1)) for m in _ANY_TORCH_RANK.finditer(data))

@@ -83,10 +83,15 @@ NATIVE: tuple[Signature, ...] = (
         ("NCCL error",), True, "an NCCL call in native code failed at {where}",
         ("Failed, NCCL error transformer_engine/pytorch/csrc/userbuffers/userbuffers-host.cpp:223 ''",),
     ),
-    Signature(  # a memory fault that torch's C++ (the watchdog, a work's cleanup) met: not a Python call's
+    Signature(  # a memory fault that native code (torch's watchdog, a work's cleanup, Horovod's event wait, THC's
+        # checks) met: not a Python call's
         "cxx_cuda_memory_fault", _F, _ROOT,
-        r"what\(\):\s+CUDA error: (?P<what>an illegal memory access was encountered|misaligned address)",
-        ("CUDA error",), True, "torch's C++ aborted on CUDA error: {what}",
-        ("  what():  CUDA error: an illegal memory access was encountered",),
+        r"(?:what\(\):\s+(?:CUDA error: |\w+ failed: )|THCudaCheck FAIL [^\n]*?: )"
+        r"(?P<what>an illegal memory access was encountered|misaligned address)",
+        ("illegal memory access", "misaligned address"), True, "native code aborted on CUDA error: {what}",
+        ("  what():  CUDA error: an illegal memory access was encountered",
+         "  what():  cudaEventQuery failed: an illegal memory access was encountered",
+         "THCudaCheck FAIL file=/opt/pytorch/aten/src/THC/THCCachingHostAllocator.cpp line=278 error=700 : an illegal "
+         "memory access was encountered"),
     ),
 )

@@ -29,7 +29,7 @@ from nvrx_hpc.attribution.api import (
     Verdict,
 )
 from nvrx_hpc.attribution.dcp_ranks import failed_ranks
-from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, fabric_wide
+from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, LINK_EVENTS, fabric_wide
 from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.gpu_bus import rank_on_device, ranks_on_buses
 from nvrx_hpc.attribution.hang_suspects import DIVERGED, SUSPECT_WHY, hang_suspects
@@ -386,8 +386,8 @@ def decide(f: Findings) -> Verdict:
             ranks, nodes, gpus = [], [peer.node] if peer.node else [], []
             peer_unknown = peer.node is None
             found_by = "; " + peer.explain()
-    downs = [(n, c.time, c.evidence.text) for c in co for n in c.nodes if c.signature == "nic_link_down"]
-    together = fabric_wide(downs) if root.signature == "nic_link_down" else 0
+    downs = [(n, c.time, c.evidence.text, c.evidence.source) for c in co for n in c.nodes if c.signature in LINK_EVENTS]
+    together = fabric_wide(downs) if root.signature in LINK_EVENTS else 0
     if together:  # links of several hosts lost at once: the switch they share, not one node (fabric.py)
         ranks, nodes, gpus = [], [], []
         found_by = f"; {together} hosts lost their links within {FABRIC_WINDOW_S:.0f} s: the fabric, not one node"
@@ -412,8 +412,10 @@ def decide(f: Findings) -> Verdict:
     elif resource is not None:
         restartable = resource.restartable
     alike = not (ranks or nodes) and (len({r for c in co for r in c.ranks}) >= 2 or len(co) >= 3)  # none stands out
+    diverged = diverged or category is Category.DISTRIBUTED_HANG and root.kind == "log" and not (ranks or nodes)
     if diverged or category is Category.FRAMEWORK_CRASH and (alike or recurs_across_runs(root.signature, f.hits)):
-        restartable = False  # the code took its own path, ranks crashed alike, or a rerun elsewhere met it again
+        restartable = False  # the code took its own path (a hang no rank or node explains), ranks crashed alike, or
+        # a rerun elsewhere met it again
     corroborated = any(
         c.kind != root.kind and (set(c.ranks) & set(ranks) or set(c.nodes) & set(nodes)) for c in causes
     ) or (root.kind != "log" and any(c.kind == "log" and c.category is root.category for c in causes))

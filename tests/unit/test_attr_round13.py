@@ -82,7 +82,7 @@ def test_a_users_cancel_after_stacks_inside_a_collective_is_a_hang(tmp_path):
              "    all_reduce (torch/distributed/distributed_c10d.py:1322)",
              "    all_reduce (fairseq/distributed/utils.py:496)"]
     v = analyze_run(write_run(tmp_path, {"slurm-77310.out": out, "py-spy-dumps.txt": dumps})).verdict
-    assert v.category is Category.DISTRIBUTED_HANG and v.restartable
+    assert v.category is Category.DISTRIBUTED_HANG  # naming no one, not restartable since round 40
 
 
 def test_a_horovod_stall_naming_a_rank_leaves_that_ranks_own_exception_the_cause(tmp_path):

@@ -132,3 +132,70 @@ def test_dumps_inside_a_collective_stay_victims_of_a_failure(tmp_path):
     log = ["[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered"]
     v = analyze_run(write_run(tmp_path, {"pyspy.txt": dump, "train.log": log})).verdict
     assert v.category is not Category.DISTRIBUTED_HANG and v.culprit.ranks == (3,)
+
+
+def test_srun_s_segfault_line_names_its_tasks(tmp_path):
+    lines = ["[2025-10-20 16:00:41][anemoi.training][INFO] - sanity checking",
+             "srun: error: ac3-2041: tasks 4-7: Segmentation fault (core dumped)",
+             "slurmstepd: error: *** STEP 20884113.0 ON ac3-2040 CANCELLED AT 2025-10-20T16:00:52 ***",
+             "srun: error: ac3-2040: tasks 0-3: Terminated"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"anemoi-train.20884113.out": lines})).verdict
+    assert v.category is Category.FRAMEWORK_CRASH and v.culprit.ranks == (4, 5, 6, 7)
+
+
+def test_a_native_cuda_check_on_an_illegal_access_is_a_framework_crash(tmp_path):
+    lines = [
+        "[1,17]<stderr>:terminate called after throwing an instance of 'std::logic_error'",
+        "[1,17]<stderr>:THCudaCheck FAIL file=/opt/pytorch/aten/src/THC/THCCachingHostAllocator.cpp line=278 error=700 "
+        ": an illegal memory access was encountered",
+        "[1,17]<stderr>:  what():  cudaEventQuery failed: an illegal memory access was encountered",
+        "mpirun noticed that process rank 17 with PID 0 on node cn035 exited on signal 6 (Aborted).",
+    ]
+    v = analyze_run(write_run(tmp_path, {"slurm-552901.out": lines})).verdict
+    assert v.category is Category.FRAMEWORK_CRASH and v.culprit.ranks == (17,)
+
+
+def test_horovods_gloo_runner_prefix_names_the_rank(tmp_path):
+    lines = ["Tue May 23 11:04:31 2023[5]<stdout>:Epoch 1 step 0 forward done",
+             "Tue May 23 11:04:33 2023[6]<stderr>:Traceback (most recent call last):",
+             "Tue May 23 11:04:33 2023[6]<stderr>:torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+             "1.17 GiB (GPU 2; 79.11 GiB total capacity; 76.02 GiB already allocated)",
+             "Process 6 exit with status code 1."]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"horovodrun.log": lines})).verdict
+    assert v.category is Category.APPLICATION and v.culprit.ranks == (6,)
+
+
+def test_port_errors_on_two_hosts_name_no_node(tmp_path):
+    event = "transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error"
+    lines = ["SLURM_JOB_NODELIST=hpc-g[041-044]"]
+    lines += [f"5: hpc-g042:103373:103443 [1] {event}", f"9: hpc-g043:142370:142440 [1] {event}"] * 3
+    lines += ["srun: error: hpc-g042: task 5: Exited with exit code 1"]
+    v = analyze_run(write_run(tmp_path, {"slurm-118842.out": lines})).verdict
+    assert v.category is Category.NETWORK and not v.culprit.nodes and not v.culprit.ranks
+
+
+def test_port_errors_on_one_host_name_it(tmp_path):
+    lines = ["5: hpc-g042:103373:103443 [1] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error",
+             "srun: error: hpc-g042: task 5: Exited with exit code 1"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"slurm-118842.out": lines})).verdict
+    assert v.category is Category.NETWORK and v.culprit.nodes == ("hpc-g042",)
+
+
+def test_ray_trains_worker_table_places_ranks_on_a_node_named_by_its_address(tmp_path):
+    lines = [
+        "(TorchTrainer pid=4210, ip=10.41.12.3) Started distributed worker processes: ",
+        *(f"(TorchTrainer pid=4210, ip=10.41.12.3) - (ip={ip}, pid={5000 + r}) world_rank={r}, local_rank={r % 2}, "
+          f"node_rank={r // 2}" for r, ip in enumerate(["10.41.12.3", "10.41.12.3", "10.41.13.2", "10.41.13.2"])),
+        "2024-04-18 10:44:07,551\tWARNING worker.py:2074 -- The node with node id: 0f55e2b0 and address: 10.41.13.2 "
+        "and node name: 10.41.13.2 has been marked dead because the detector has missed too many heartbeats from it.",
+    ]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"ray_job_driver.log": lines})).verdict
+    assert v.category is Category.HOST and v.culprit.nodes == ("10.41.13.2",) and v.culprit.ranks == (2, 3)
+
+
+def test_a_hang_that_names_no_one_is_not_restartable(tmp_path):
+    lines = [f"[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation timeout: "
+             "WorkNCCL(SeqNum=13227, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800081 "
+             "milliseconds before timing out." for r in range(8)]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"train.log": lines})).verdict
+    assert v.category is Category.DISTRIBUTED_HANG and not v.culprit.ranks and not v.restartable
