@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from nvrx_hpc.attribution.api import Hit
 
-__all__ = ["ranks_on_buses", "rank_on_device"]
+__all__ = ["ranks_on_buses", "rank_on_device", "idle_gpu_rank"]
 
 _PCI = re.compile(r"([0-9a-fA-F]{2}):[0-9a-fA-F]{2}(?:\.[0-7])?$")  # ...bus:device[.function] at the end
 
@@ -84,3 +84,31 @@ def rank_on_device(gpus: Sequence[str], rank_nodes: Mapping[int, str]) -> list[i
     if not index.isdigit() or not 0 < int(index) < len(on_node) or on_node[-1] - on_node[0] != len(on_node) - 1:
         return []
     return [on_node[int(index)]]
+
+
+def idle_gpu_rank(hits: Sequence[Hit], rank_nodes: Mapping[int, str], universe: set[int]) -> list[int]:
+    """The rank whose GPU a pasted nvidia-smi shows without a process while every other GPU of the listing has one
+    (round 40: one rank died of its own error, its peers still spin at 100 %): local rank i runs on GPU i, so it is
+    the host's rank at that index of its block of consecutive ranks, or the index itself when the listing's GPUs
+    are the whole job's. [] unless exactly one listing shows exactly one such GPU."""
+    gpus: dict[str, set[int]] = {}
+    busy: dict[str, set[int]] = {}
+    hosts: dict[str, str | None] = {}
+    for h in hits:
+        if h.signature == "gpu_index_bus" and (h.fields.get("index") or h.fields.get("index2") or "").isdigit():
+            gpus.setdefault(h.source, set()).add(int(h.fields.get("index") or h.fields["index2"]))
+        elif h.signature == "smi_gpu_process":
+            busy.setdefault(h.source, set()).add(int(h.fields["gindex"]))
+            hosts.setdefault(h.source, h.node)
+    found = set()
+    for source, running in busy.items():
+        idle = gpus.get(source, set()) - running
+        if len(gpus.get(source, ())) < 2 or len(idle) != 1 or not running <= gpus[source]:
+            continue
+        index, host = idle.pop(), hosts[source]
+        block = sorted(r for r, n in rank_nodes.items() if host is not None and n == host)
+        if len(block) == len(gpus[source]) and block[-1] - block[0] == len(block) - 1:
+            found.add(block[index])
+        elif host is None and universe == set(range(len(gpus[source]))):
+            found.add(index)
+    return sorted(found) if len(found) == 1 else []

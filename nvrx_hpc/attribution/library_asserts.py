@@ -1,4 +1,5 @@
-"""An `AssertionError` raised inside an installed framework is that framework's crash (round 27).
+"""An `AssertionError` raised inside an installed framework is that framework's crash (round 27), and so is a
+native library's own error (`RuntimeError: DeepEP error: ...`) raised there (round 40).
 
 A bare `assert` in torch, DeepSpeed or Lightning checks the library's own state: when it fails, the
 library is in a state its authors did not expect (FSDP's `p_assert` on a flat parameter's dtype). The
@@ -36,8 +37,15 @@ def _checks_input(frame: Hit) -> bool:
     return _USERS_INPUT.search(frame.fields.get("path", "") + " " + frame.fields.get("func", "")) is not None
 
 
+# a native library's own error, raised through its Python binding (`RuntimeError: DeepEP error: timeout (dispatch
+# CPU)`, round 40): the library's state, like its assertion
+_LIBRARY_ERROR = re.compile(r"^[A-Za-z][\w-]* [Ee]rror: ")
+
+
 def _is_assert(h: Hit) -> bool:
-    return h.signature == "python_exception" and h.fields.get("exc") == "AssertionError" and h.role is Role.ROOT
+    exc = h.fields.get("exc")
+    return h.signature == "python_exception" and h.role is Role.ROOT and (
+        exc == "AssertionError" or exc == "RuntimeError" and _LIBRARY_ERROR.match(h.fields.get("msg", "")) is not None)
 
 
 def _rich_library_frame(error: Hit, rich: dict[tuple[str, int], Hit]) -> bool:

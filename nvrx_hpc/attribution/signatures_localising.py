@@ -11,7 +11,8 @@ __all__ = ["LOCALISING", "FRAMEWORK_PACKAGES"]
 
 # Installed frameworks whose own frames make an assertion theirs (library_asserts.py)
 FRAMEWORK_PACKAGES = (r"torch|deepspeed|lightning|pytorch_lightning|lightning_fabric|transformers|accelerate|apex|"
-                      r"transformer_engine|megatron|nemo|colossalai|fairscale|horovod|ray|vllm")
+                      r"transformer_engine|megatron|nemo|colossalai|fairscale|horovod|ray|vllm|deep_ep|flash_attn|"
+                      r"xformers|triton")
 
 _A, _F, _D = Category.APPLICATION, Category.FRAMEWORK_CRASH, Category.DISTRIBUTED_HANG
 _S = Category.SCHEDULER
@@ -217,6 +218,14 @@ LOCALISING: tuple[Signature, ...] = (
         ("0000:",), None, "GPU {index}{index2} on bus {bus}",
         ("1, 00000000:03:00.0, NVIDIA GeForce RTX 2080 Ti, 11264 MiB",
          "|   1  NVIDIA A100-SXM4-80GB          On  | 00000000:07:00.0 Off |                    0 |"),
+    ),
+    Signature(  # a row of nvidia-smi's process table (`|    0     21880      C   ...python     7167MiB |`, newer
+        # drivers with `N/A  N/A` GI/CI columns): a GPU that has a process (gpu_bus.py: the one GPU without, round 40)
+        "smi_gpu_process", Category.GPU_HARDWARE, _CTX,
+        r"^\|\s+(?P<gindex>\d{1,2})\s+(?:N/A\s+N/A\s+)?(?P<gpid>\d+)\s+[CG](?:\+G)?\s+\S.*?\d+MiB\s*\|$",
+        ("MiB |", "MiB|"), None, "GPU {gindex} runs process {gpid}",
+        ("|    0     21880      C   ...conda3/envs/detr/bin/python     7167MiB |",
+         "|    3   N/A  N/A     41207      C   /opt/py310/bin/python                 71230MiB |"),
     ),
     Signature(  # a rank's start-up line that names its CUDA device (`rank 1/4, local_rank 1, ... device cuda:1`);
         # `drank`, not `rank`: the line places nothing else (its rank may be a prefix's local one elsewhere)

@@ -25,13 +25,12 @@ from nvrx_hpc.attribution.api import (
     Evidence,
     Hit,
     Role,
-    TimelineEvent,
     Verdict,
 )
 from nvrx_hpc.attribution.dcp_ranks import failed_ranks
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, LINK_EVENTS, fabric_wide
 from nvrx_hpc.attribution.fr_analysis import FRReport
-from nvrx_hpc.attribution.gpu_bus import rank_on_device, ranks_on_buses
+from nvrx_hpc.attribution.gpu_bus import idle_gpu_rank, rank_on_device, ranks_on_buses
 from nvrx_hpc.attribution.hang_suspects import DIVERGED, SUSPECT_WHY, hang_suspects
 from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import hit_ranks, ranks_of
@@ -44,6 +43,7 @@ from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
 from nvrx_hpc.attribution.recurrence import recurs_across_runs
 from nvrx_hpc.attribution.resources import DiskRow, judge
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
+from nvrx_hpc.attribution.timeline import build_timeline
 
 __all__ = ["Findings", "decide", "DEFAULT_RESTARTABLE"]
 
@@ -55,7 +55,7 @@ DEFAULT_RESTARTABLE = {
     Category.DISTRIBUTED_HANG: True, Category.UNKNOWN: True,
 }  # fmt: skip
 # a cascade's end, a framework's weak error, a network error: on every node alike, they name no node
-_ALIKE = {(Category.UNKNOWN, 1), (Category.FRAMEWORK_CRASH, 2), (Category.NETWORK, 3)}
+_ALIKE = {(Category.UNKNOWN, 1), (Category.FRAMEWORK_CRASH, 2), (Category.FRAMEWORK_CRASH, 3), (Category.NETWORK, 3)}
 _SLURM_STATES = {  # job state -> (category, strength, restartable, text)
     "TIMEOUT": (Category.SCHEDULER, 3, True, "Slurm ended the job at its time limit"),
     "PREEMPTED": (Category.SCHEDULER, 3, True, "Slurm preempted the job"),
@@ -299,7 +299,7 @@ def decide(f: Findings) -> Verdict:
     rank_nodes = _rank_nodes(f)
     causes = _causes(f, record_time)
     root, hit_ranks = _pick_root(causes, rank_nodes)
-    timeline = _timeline(f, rank_nodes)
+    timeline = build_timeline(f.events, f.records, f.health, f.hits, rank_nodes)
     if root is None:
         return Verdict(
             category=Category.UNKNOWN,
@@ -363,7 +363,8 @@ def decide(f: Findings) -> Verdict:
         on = sorted({n for c in co for n in c.nodes})  # the one rank seen to end there, or each rank raised it
         at = (root.evidence.source, root.evidence.line)
         ranks = (rank_on_device(root.gpus, rank_nodes) if root.signature == "cuda_oom" else []) \
-            or every_rank_of_node(at, on, f.hits, rank_nodes) or exited_on_node(on, f.hits)
+            or every_rank_of_node(at, on, f.hits, rank_nodes) or exited_on_node(on, f.hits) \
+            or idle_gpu_rank(f.hits, rank_nodes, universe)
     lost_too = root.category is Category.HOST and {n for c in causes if c.signature in _NODE_LOST for n in c.nodes}
     lost: set[str] = set()
     if not ranks and (root.signature in _NODE_LOST or (lost_too and set(root.nodes) == lost_too)):
@@ -398,8 +399,10 @@ def decide(f: Findings) -> Verdict:
     if resource is not None:
         gpus, found_by = gpus if list(resource.nodes) == nodes else [], found_by + resource.why
         ranks, nodes = list(resource.ranks), list(resource.nodes)
-    if category is Category.NUMERICAL and (len(nodes) >= 2 or _beyond_one_node(ranks, universe, f)):
-        # NaN on several nodes: the run diverged, no one GPU did it; one rank's on two (a rerun) follows its shard
+    if (category is Category.NUMERICAL or root.signature == "cuda_oom") and (len(nodes) >= 2
+                                                                           or _beyond_one_node(ranks, universe, f)):
+        # NaN (or CUDA OOM) on several nodes: the run diverged (the model does not fit), no one GPU did it; one rank's
+        # on two (a rerun) follows its shard
         ranks, nodes, gpus = ranks if len(ranks) == 1 and len(nodes) >= 2 else [], [], []
     if category is Category.SCHEDULER:  # a time limit or a cancel is the job's; a cloud may take back one VM
         (nodes, ranks), gpus = taken_vm(root.signature, nodes, universe | set(rank_nodes), rank_nodes), []
@@ -412,10 +415,11 @@ def decide(f: Findings) -> Verdict:
     elif resource is not None:
         restartable = resource.restartable
     alike = not (ranks or nodes) and (len({r for c in co for r in c.ranks}) >= 2 or len(co) >= 3)  # none stands out
-    diverged = diverged or category is Category.DISTRIBUTED_HANG and root.kind == "log" and not (ranks or nodes)
+    diverged = diverged or category is Category.DISTRIBUTED_HANG and root.kind == "log" and list(ranks) in ([], [0]) \
+        and (ranks or not nodes)
     if diverged or category is Category.FRAMEWORK_CRASH and (alike or recurs_across_runs(root.signature, f.hits)):
-        restartable = False  # the code took its own path (a hang no rank or node explains), ranks crashed alike, or
-        # a rerun elsewhere met it again
+        restartable = False  # the code took its own path (a hang no rank or node explains, or rank 0 alone: its own
+        # work, an evaluation or a save), ranks crashed alike, or a rerun elsewhere met it again
     corroborated = any(
         c.kind != root.kind and (set(c.ranks) & set(ranks) or set(c.nodes) & set(nodes)) for c in causes
     ) or (root.kind != "log" and any(c.kind == "log" and c.category is root.category for c in causes))
@@ -483,20 +487,3 @@ def _cascade(causes: list[_Cause]) -> list[Cascade]:
         for sig, cs in groups.items()
     ]  # fmt: skip
     return sorted(out, key=lambda c: -c.count)
-
-
-def _timeline(f: Findings, rank_nodes: dict[int, str], limit: int = 2000) -> tuple[TimelineEvent, ...]:
-    def node(n: str | None, r: int | None) -> str | None:
-        return n or (rank_nodes.get(r) if r is not None else None)
-
-    items = [TimelineEvent(e.time, e.kind, node(e.node, e.rank), e.rank, e.detail[:200]) for e in f.events]
-    for r in f.records:
-        what = r.signal or (f"exit {r.exit_code}" if r.exit_code is not None else "failed")
-        items.append(TimelineEvent(r.time, "record.failed", r.node, r.rank, what))
-    for p in f.health:
-        items.append(TimelineEvent(p.time, "health.failed", p.node, None, f"{p.check}: {p.detail}"[:200]))
-    for h in f.hits:
-        if h.time is not None and _STRENGTH[h.role] >= 2:
-            items.append(TimelineEvent(h.time, f"log.{h.signature}", node(h.node, h.rank), h.rank, h.summary[:200]))
-    items.sort(key=lambda t: (t.time is None, t.time or 0.0))
-    return tuple(items[:limit])

@@ -199,3 +199,61 @@ def test_a_hang_that_names_no_one_is_not_restartable(tmp_path):
              "milliseconds before timing out." for r in range(8)]  # fmt: skip
     v = analyze_run(write_run(tmp_path, {"train.log": lines})).verdict
     assert v.category is Category.DISTRIBUTED_HANG and not v.culprit.ranks and not v.restartable
+
+
+def test_a_cuda_oom_on_ranks_of_every_node_names_no_one(tmp_path):
+    lines = []
+    for n, host in enumerate(["cw-h100-0511", "cw-h100-0512", "cw-h100-0519"]):
+        lines += [f"{n * 8 + g}: [rank{n * 8 + g}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                  f"2.23 GiB. GPU {g} has a total capacity of 79.11 GiB" for g in (1, 4)]  # fmt: skip
+        lines += [f"srun: error: {host}: tasks {n * 8}-{n * 8 + 7}: Exited with exit code 1"]
+    v = analyze_run(write_run(tmp_path, {"slurm-5.out": lines})).verdict
+    assert v.category is Category.APPLICATION and not v.culprit.ranks and not v.restartable
+
+
+def _deepep(rank: int) -> list[str]:
+    return [f"{rank}: [rank{rank}]: Traceback (most recent call last):",
+            f'{rank}: [rank{rank}]:   File "/usr/local/lib/python3.12/dist-packages/deep_ep/buffer.py", line 492, '
+            "in internode_dispatch",
+            f"{rank}: [rank{rank}]:     recv_src_meta, send_rdma_head, event = self.runtime.internode_dispatch(",
+            f"{rank}: [rank{rank}]: RuntimeError: DeepEP error: timeout (dispatch CPU)"]  # fmt: skip
+
+
+def test_a_native_librarys_own_error_on_every_node_is_its_crash_and_names_no_one(tmp_path):
+    lines = ["SLURM_JOB_NODELIST=eos[0218-0219]", "srun: error: eos0218: tasks 0-7: Exited with exit code 1",
+             "srun: error: eos0219: tasks 8-15: Exited with exit code 1", *_deepep(3), *_deepep(11)]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"slurm-7718840.out": lines})).verdict
+    assert v.category is Category.FRAMEWORK_CRASH and not v.culprit.ranks and not v.restartable
+
+
+def test_a_user_error_raised_inside_a_library_stays_the_applications(tmp_path):
+    lines = ["[rank3]: Traceback (most recent call last):",
+             '[rank3]:   File "/usr/local/lib/python3.12/dist-packages/torch/nn/functional.py", line 3059, in view',
+             "[rank3]: RuntimeError: shape '[4, -1, 512]' is invalid for input of size 1000"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"train.log": lines})).verdict
+    assert v.category is Category.APPLICATION
+
+
+def test_a_hang_on_rank_0_alone_is_not_restartable(tmp_path):
+    lines = [f"[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation timeout: "
+             "WorkNCCL(SeqNum=4120, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800081 "
+             "milliseconds before timing out." for r in range(1, 8)]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"train.log": lines})).verdict
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (0,) and not v.restartable
+
+
+def _smi(idle: int) -> list[str]:
+    rows = ["$ date; nvidia-smi", "| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |"]
+    for g in range(4):
+        rows += [f"|   {g}  Tesla V100-SXM2...  On   | 00000000:{6 + g:02X}:00.0 Off |                    0 |",
+                 "| N/A   48C    P0    95W / 300W |   7459MiB / 32510MiB |    100%      Default |"]  # fmt: skip
+    rows += ["| Processes:                                                       GPU Memory |"]
+    rows += [f"|    {g}     {21880 + g}      C   ...envs/detr/bin/python     7167MiB |" for g in range(4) if g != idle]
+    return rows
+
+
+def test_the_one_gpu_without_a_process_names_the_rank_of_an_unranked_error(tmp_path):
+    log = ["Namespace(world_size=4, dist_url='env://', batch_size=2)",
+           "FileNotFoundError: [Errno 2] No such file or directory: '/data/coco/train2017/0431876.jpg'"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"train.log": log, "nvidia-smi.txt": _smi(2)})).verdict
+    assert v.category is Category.APPLICATION and v.culprit.ranks == (2,)
