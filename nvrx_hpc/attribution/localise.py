@@ -81,6 +81,10 @@ _WORD_BEFORE = re.compile(rb"(?:global_|world_)?\Z")
 _NODELIST = re.compile(rb"(?i)(?:(?<![a-z])node_?list|\bnodes|\brunning on|\ballocated)[=: ]+\s*"
                        rb"([a-z][\w-]*\[[\d,-]+\][\w-]*(?:,[a-z][\w-]*(?:\[[\d,-]+\])?[\w-]*)*|"
                        rb"[a-z][\w-]*\d(?:,[a-z][\w-]*\d)+)(?![\w\[-])")
+# a job script's banner naming the one host it runs on (`Job 4412 on c004 started ...`, `Job 7 running on gpu-q12`,
+# `Running on host: gpu-q12`), round 40
+_JOB_ON_HOST = re.compile(rb"(?im)^(?:job \d+ (?:is )?(?:running )?on|running on(?: host)?:?) "
+                          rb"([a-z][\w-]*\d[\w-]*)(?=[\s.,]|$)")
 # the host of rank 0 or of torchrun's c10d store is one of the job's nodes (not an etcd rendezvous: its own host)
 _MASTER_HOST = re.compile(rb"(?:\bMASTER_ADDR=|--master[-_]addr[= ]|--rdzv[-_]endpoint[= ])([a-z][\w-]*\d[\w-]*)"
                           rb"(?![\w.-])(?![^\n]*etcd)")
@@ -215,6 +219,7 @@ def _listed_nodes(data: bytes) -> set[str]:
         except (HostlistError, UnicodeDecodeError):
             continue
     found.update(m.group(1).decode() for m in _MASTER_HOST.finditer(data[:65536]))
+    found.update(m.group(1).decode() for m in _JOB_ON_HOST.finditer(data[:65536]))
     for m in _MPI_HOSTS.finditer(data[:65536]):
         found.update(host.split(":")[0] for host in m.group(1).decode().split(","))
     return found

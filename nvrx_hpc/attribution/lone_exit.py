@@ -78,3 +78,11 @@ def every_rank_of_node(
         return []
     ranks = sorted(r for r, n in rank_nodes.items() if n == nodes[0])
     return ranks if 2 <= len(ranks) <= len(lines) else []
+
+
+def the_only_host(hits: Sequence[Hit], job: Iterable[str]) -> list[str]:
+    """[host] when every line the logs place and every node the job lists name one and the same host (a one-node
+    job, its host named by a prompt, a file's name or a nodelist: a fault with no place of its own happened
+    there, round 40); [] otherwise."""
+    hosts = {h.node for h in hits if h.node} | set(job)
+    return sorted(hosts) if len(hosts) == 1 else []

@@ -36,7 +36,13 @@ from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import hit_ranks, ranks_of
 from nvrx_hpc.attribution.localise import known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
-from nvrx_hpc.attribution.lone_exit import every_node_alike, every_rank_of_node, exited_on_node, lone_exit_rank
+from nvrx_hpc.attribution.lone_exit import (
+    every_node_alike,
+    every_rank_of_node,
+    exited_on_node,
+    lone_exit_rank,
+    the_only_host,
+)
 from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node, taken_vm
 from nvrx_hpc.attribution.node_wide import node_wide_ranks
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
@@ -406,6 +412,8 @@ def decide(f: Findings) -> Verdict:
         ranks, nodes, gpus = ranks if len(ranks) == 1 and len(nodes) >= 2 else [], [], []
     if category is Category.SCHEDULER:  # a time limit or a cancel is the job's; a cloud may take back one VM
         (nodes, ranks), gpus = taken_vm(root.signature, nodes, universe | set(rank_nodes), rank_nodes), []
+    if not nodes and category in (Category.GPU_HARDWARE, Category.HOST) and root.signature != "disk_full":
+        nodes = the_only_host(f.hits, (*f.listed_nodes, *f.job_nodes))  # a one-node job: where it happened (lone_exit)
     nodes, gpus = short_hosts(nodes), short_hosts(gpus)
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
     if category in (Category.APPLICATION, Category.NUMERICAL):

@@ -257,3 +257,26 @@ def test_the_one_gpu_without_a_process_names_the_rank_of_an_unranked_error(tmp_p
            "FileNotFoundError: [Errno 2] No such file or directory: '/data/coco/train2017/0431876.jpg'"]  # fmt: skip
     v = analyze_run(write_run(tmp_path, {"train.log": log, "nvidia-smi.txt": _smi(2)})).verdict
     assert v.category is Category.APPLICATION and v.culprit.ranks == (2,)
+
+
+def test_a_one_node_jobs_cgroup_oom_happened_on_the_host_its_banner_names(tmp_path):
+    lines = ["Job 771032 running on gpu-q12", "step 100 loss 2.31",
+             "slurmstepd: error: Detected 1 oom_kill event in StepId=771032.batch. Some of the step tasks have been "
+             "OOM Killed."]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"slurm-771032.out": lines})).verdict
+    assert v.category is Category.HOST and v.culprit.nodes == ("gpu-q12",) and not v.restartable
+
+
+def test_a_gpu_fault_with_no_host_of_its_own_happened_on_the_one_host_a_prompt_names(tmp_path):
+    log = ["[rank5]: RuntimeError: CUDA error: uncorrectable ECC error encountered"]
+    smi = ["kw@vgpu-srv03:~$ nvidia-smi --query-gpu=index,pci.bus_id,ecc.errors.uncorrected.volatile.total "
+           "--format=csv", "index, pci.bus_id, ecc.errors.uncorrected.volatile.total", "5, 00000000:89:00.0, 2"]
+    v = analyze_run(write_run(tmp_path, {"train.log": log, "nvidia-smi_ecc.txt": smi})).verdict
+    assert v.category is Category.GPU_HARDWARE and v.culprit.nodes == ("vgpu-srv03",) and v.culprit.ranks == (5,)
+
+
+def test_a_fault_with_no_host_is_placed_nowhere_when_the_logs_name_two_hosts(tmp_path):
+    lines = ["Running on gpu-a01", "srun: error: gpu-a02: task 1: Exited with exit code 1",
+             "[rank5]: RuntimeError: CUDA error: uncorrectable ECC error encountered"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"slurm-9.out": lines})).verdict
+    assert v.category is Category.GPU_HARDWARE and "gpu-a01" not in v.culprit.nodes
