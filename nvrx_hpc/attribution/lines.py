@@ -43,7 +43,7 @@ _HOST_RANK = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<rank>\d{1,7})\]:")
 # pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit or a hyphen,
 # an exception name ("ValueError: ") has neither. A hostfile of addresses gives `10.52.0.22: ` (round 22).
 _HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun)(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*"
-                          r"|(?:\d{1,3}\.){3}\d{1,3}): (?=\S)")
+                          r"|(?:\d{1,3}\.){3}\d{1,3}): (?=\s*\S)")
 # A runner that tags each line with its origin and stream: `host [stderr] `, or milabench's
 # `bench.host [stdout] ` (`dinov2-giant-nodes.cn-d003 [stderr] [rank0]:...`, the host maybe a FQDN).
 _STREAM_TAG = re.compile(r"^(?P<tag>[A-Za-z][\w.-]*) \[(?:stdout|stderr|start|end(?: \(\d+\))?)\] ")

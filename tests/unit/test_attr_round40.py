@@ -280,3 +280,12 @@ def test_a_fault_with_no_host_is_placed_nowhere_when_the_logs_name_two_hosts(tmp
              "[rank5]: RuntimeError: CUDA error: uncorrectable ECC error encountered"]  # fmt: skip
     v = analyze_run(write_run(tmp_path, {"slurm-9.out": lines})).verdict
     assert v.category is Category.GPU_HARDWARE and "gpu-a01" not in v.culprit.nodes
+
+
+def test_a_pdsh_host_prefix_before_an_indented_line_places_it(tmp_path):
+    lines = ["gr064: terminate called after throwing an instance of 'c10::CUDAError'",
+             "gr064:   what():  CUDA error: an illegal memory access was encountered",
+             "gr064: [2022-08-02 16:27:12,588] [ERROR] [launch.py:184:sigkill_handler] ['/usr/bin/python3.9', '-u', "
+             "'bloom-ds-inference.py', '--local_rank=6'] exits with return code = -6"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"slurm-3318274.out": lines})).verdict
+    assert v.category is Category.FRAMEWORK_CRASH and v.culprit.nodes == ("gr064",)
