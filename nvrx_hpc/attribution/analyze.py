@@ -27,6 +27,7 @@ from nvrx_hpc.attribution.crash_exit import aborts_after_exceptions, crash_exits
 from nvrx_hpc.attribution.dump_pids import other_pid_dumps
 from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminated
 from nvrx_hpc.attribution.file_hosts import place_by_file_host
+from nvrx_hpc.attribution.file_rank import file_proc_ranks
 from nvrx_hpc.attribution.first_reporter import first_gpu_reporter
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
 from nvrx_hpc.attribution.horovod_stall import lone_stalled_path
@@ -225,7 +226,7 @@ def analyze(
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
     hits = global_cgroup_tasks(align_years(log_dir_ranks(mark_local_prefixes(hits)), dated))
-    hits = enrich(traceback_ranks(place_by_exit_codes(spawn_ranks(block_ranks(hits)))))
+    hits = enrich(traceback_ranks(place_by_exit_codes(spawn_ranks(block_ranks(file_proc_ranks(hits))))))
     hits = name_victims(drop_recovered(traceback_ranks(hits, headers=("ray_task_error",))))
     hits = quiet_terminated(aborts_after_exceptions(crash_exits(library_asserts(hits))))
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked

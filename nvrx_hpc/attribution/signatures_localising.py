@@ -219,6 +219,13 @@ LOCALISING: tuple[Signature, ...] = (
         ("1, 00000000:03:00.0, NVIDIA GeForce RTX 2080 Ti, 11264 MiB",
          "|   1  NVIDIA A100-SXM4-80GB          On  | 00000000:07:00.0 Off |                    0 |"),
     ),
+    Signature(  # a task's own line naming its rank in Slurm's or the launcher's variable (`[kgc-n02] SLURM_PROCID=1 ->
+        # train --rank 1`): a file whose lines give one such rank is that rank's output (file_rank.py, round 40)
+        # (an environment listing's bare `SLURM_PROCID=1` line is a prompt's, prompts.py)
+        "proc_rank_var", _D, _CTX, r".\b(?:SLURM_PROCID|OMPI_COMM_WORLD_RANK|PMI_RANK)=(?P<frank>\d{1,6})\b",
+        ("SLURM_PROCID=", "OMPI_COMM_WORLD_RANK=", "PMI_RANK="), None, "a process of rank {frank}",
+        ("[kgc-n02] SLURM_PROCID=1 -> torchbiggraph_train --rank 1 configs/schemaorg_dist.py",),
+    ),
     Signature(  # a row of nvidia-smi's process table (`|    0     21880      C   ...python     7167MiB |`, newer
         # drivers with `N/A  N/A` GI/CI columns): a GPU that has a process (gpu_bus.py: the one GPU without, round 40)
         "smi_gpu_process", Category.GPU_HARDWARE, _CTX,

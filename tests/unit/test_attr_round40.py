@@ -289,3 +289,20 @@ def test_a_pdsh_host_prefix_before_an_indented_line_places_it(tmp_path):
              "'bloom-ds-inference.py', '--local_rank=6'] exits with return code = -6"]  # fmt: skip
     v = analyze_run(write_run(tmp_path, {"slurm-3318274.out": lines})).verdict
     assert v.category is Category.FRAMEWORK_CRASH and v.culprit.nodes == ("gr064",)
+
+
+def test_a_file_that_one_task_wrote_gives_its_rank_to_an_unranked_traceback(tmp_path):
+    mine = ["[kgc-n02] SLURM_PROCID=1 -> torchbiggraph_train --rank 1 configs/dist.py",
+            "OSError: Unable to open file (unable to open file: name = '/root/data/model/emb_0.v1.h5', errno = 2)",
+            "srun: error: kgc-n02: task 1: Exited with exit code 1"]  # fmt: skip
+    other = ["[kgc-n01] SLURM_PROCID=0 -> torchbiggraph_train --rank 0 configs/dist.py",
+             "srun: error: kgc-n01: task 0: Exited with exit code 1"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"pbg-77130-1.log": mine, "pbg-77130-0.log": other})).verdict
+    assert v.category is Category.APPLICATION and v.culprit.ranks == (1,)
+
+
+def test_a_shared_output_naming_several_ranks_gives_none_to_unranked_lines(tmp_path):
+    lines = ["[kgc-n02] SLURM_PROCID=1 -> train --rank 1", "[kgc-n01] SLURM_PROCID=0 -> train --rank 0",
+             "OSError: Unable to open file (unable to open file: name = '/root/data/model/emb_0.v1.h5', errno = 2)"]
+    v = analyze_run(write_run(tmp_path, {"slurm-77130.out": lines})).verdict
+    assert v.category is Category.APPLICATION and v.culprit.ranks != (1,) and v.culprit.ranks != (0,)
