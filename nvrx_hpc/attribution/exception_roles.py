@@ -23,7 +23,8 @@ _NCCL_EXCEPTIONS = {"ncclSystemError": _N, "ncclRemoteError": _N, "ncclInternalE
 # A transport's own error raised as a generic exception (tensorpipe's `RuntimeError: transport retry counter
 # exceeded`): the network's, as the reporting side sees it (weak: the fault may be the peer's).
 _TRANSPORT_MESSAGE = re.compile(r"transport retry counter exceeded|RNR retry counter exceeded|"
-                                r"(?:ibv|IBV)_\w+ failed|local catastrophic error")
+                                r"(?:ibv|IBV)_\w+ failed|local catastrophic error|"
+                                r"^Connection (?:reset by peer|refused)$")  # a bare socket error (TCPStore's)
 
 
 # An error that sends the reader to another rank: its rank follows that one (`Please check local rank 0 for ...`)

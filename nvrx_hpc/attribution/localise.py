@@ -78,7 +78,7 @@ _NPROC = re.compile(rb"(?:\bNPROC_PER_NODE=|--nproc[-_]per[-_]node[= ]|\bnproc_p
 _NOT_BANNER_HOSTS = re.compile(r"^(?:default|rank)\d+$")
 _WORD_BEFORE = re.compile(rb"(?:global_|world_)?\Z")
 # a job's nodelist: a hostlist (a bracket, or several names) after a word that says it is the job's nodes
-_NODELIST = re.compile(rb"(?i)(?:(?<![a-z])node_?list|\bnodes|\brunning on|\ballocated)[=: ]+\s*"
+_NODELIST = re.compile(rb"(?i)(?:(?<![a-z])node_?list|\bnodes|\brunning on|\ballocated|\bjob \d+ on)[=: ]+\s*"
                        rb"([a-z][\w-]*\[[\d,-]+\][\w-]*(?:,[a-z][\w-]*(?:\[[\d,-]+\])?[\w-]*)*|"
                        rb"[a-z][\w-]*\d(?:,[a-z][\w-]*\d)+)(?![\w\[-])")
 # a job script's banner naming the one host it runs on (`Job 4412 on c004 started ...`, `Job 7 running on gpu-q12`,
@@ -204,7 +204,28 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
                 dated.append(t)
             if len(dated) >= 8:
                 break
-    return FileSample(found, dated, hosts, addresses, disks, frozenset(_listed_nodes(head)), node_aliases(head))
+    listed = frozenset(_listed_nodes(head))
+    master = _rank0_host(head, listed)
+    if master is not None:
+        hosts.setdefault(0, master)
+    return FileSample(found, dated, hosts, addresses, disks, listed, node_aliases(head))
+
+
+# torch's env:// rendezvous (and torchrun's static one) takes MASTER_ADDR as rank 0's host (round 42); a c10d
+# rendezvous endpoint may be any host, so it does not count
+_RANK0_HOST = re.compile(rb"(?:\bMASTER_ADDR=|--master[-_]addr[= ])([a-z][\w-]*\d[\w-]*)(?![\w.-])")
+_INTERFACE_SUFFIXES = ("i", "ib", "-ib", "-ib0", "-hsn", "-hsn0")  # a node's fabric name (`jwb0012i`, `nid001-hsn0`)
+
+
+def _rank0_host(data: bytes, listed: frozenset[str]) -> str | None:
+    """The host of rank 0 that the one MASTER_ADDR (or `--master_addr`) of `data` names, as the job's nodelist spells
+    it when that address is a node's fabric interface name; None when `data` names none or several."""
+    named = {m.group(1).decode() for m in _RANK0_HOST.finditer(data[:65536])}
+    if len(named) != 1:
+        return None
+    host = named.pop()
+    base = [n for n in listed if host != n and host.startswith(n) and host[len(n):] in _INTERFACE_SUFFIXES]
+    return base[0] if len(base) == 1 else host
 
 
 def _listed_nodes(data: bytes) -> set[str]:

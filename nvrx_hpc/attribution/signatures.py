@@ -297,13 +297,13 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     # ---- numerical (before any exception: the assertion that carries it is not the point) ---------
     Signature(
         "nan_loss", _M, _ROOT,
-        r"(?:(?:loss|grad[ _]norm|Loss)[^\n|]{0,24}?(?:: |=)(?:nan|-?inf)\b|[Ll]oss (?:is )?(?:NaN|nan|Inf|inf)\b|"
+        r"(?:(?:loss|grad[ _]norm|Loss)[^\n|]{0,24}?(?::\s+|=)(?:nan|-?inf)\b|[Ll]oss (?:is )?(?:NaN|nan|Inf|inf)\b|"
         r"found NaN in|Unexpected result nan|non-finite (?:loss|gradient|value)|[Ll]oss became (?:NaN|nan|inf|Inf)|"
         r"returned nan values|= (?:nan|-?inf) is not finite|loss scale already at minimum|"
         r"[Mm]inimum loss scale reached|[Tt]raining has diverged)",
         (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite",
          "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged", "loss nan",
-         "loss inf"),
+         "loss inf", "  nan", "  inf"),  # torchtitan pads its metrics: `loss:     nan` (round 42)
         False, "loss or gradients became NaN/Inf",
         (" iteration 120/1000 | lm loss: nan | grad norm: nan |",
          "AssertionError: Rank 13: found NaN in local grad norm in backward pass. Device: 5, node: node-15-11"),

@@ -306,3 +306,28 @@ def test_a_shared_output_naming_several_ranks_gives_none_to_unranked_lines(tmp_p
              "OSError: Unable to open file (unable to open file: name = '/root/data/model/emb_0.v1.h5', errno = 2)"]
     v = analyze_run(write_run(tmp_path, {"slurm-77130.out": lines})).verdict
     assert v.category is Category.APPLICATION and v.culprit.ranks != (1,) and v.culprit.ranks != (0,)
+
+
+def test_a_padded_nan_loss_in_a_metrics_line_is_numerical(tmp_path):
+    head = "0: [rank0]:2025-02-19 21:25:36,395 - root - INFO - "
+    lines = [f"{head}\x1b[31mstep: 80  \x1b[32mloss:  3.1021  \x1b[33mmemory",
+             f"{head}\x1b[31mstep: 81  \x1b[32mloss:     nan  \x1b[33mmemory"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"slurm-5518204.out": lines})).verdict
+    assert v.category is Category.NUMERICAL
+
+
+def test_a_bare_connection_reset_from_the_store_is_a_restartable_network_error(tmp_path):
+    lines = ["Traceback (most recent call last):",
+             '  File "/opt/conda/lib/python3.10/site-packages/torch/distributed/rendezvous.py", line 176, in '
+             "_create_c10d_store",
+             "RuntimeError: Connection reset by peer"] * 3  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"cosmic_384n.o6631827": lines})).verdict
+    assert v.category is Category.NETWORK and v.restartable
+
+
+def test_master_addr_places_rank_0_on_its_node_even_by_its_fabric_name(tmp_path):
+    lines = ["Job 2291844 on jwb[0012-0075] : 64 nodes x 4 GPUs, WORLD_SIZE=256",
+             "MASTER_ADDR=jwb0012i MASTER_PORT=29500",
+             "[rank0]: KeyError: 'sample_idx'"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"slurm-2291844.out": lines})).verdict
+    assert v.category is Category.APPLICATION and v.culprit.ranks == (0,) and v.culprit.nodes == ("jwb0012",)
