@@ -75,7 +75,8 @@ _NODE_WORD = re.compile(r"(?:\bnode[:=] ?|\bRank \d{1,7}, node )(?P<node>[A-Za-z
 # ip=A)`; the address is its host's (aliases.py places the line there where the logs pair the address with a host name).
 # `(raylet, ip=A)`, `(RayTrainWorker pid=7, ip=A)`, a launcher's `(worker8, rank=8, pid=7, ip=A)` (round 37)
 _RAY_ACTOR = re.compile(
-    r"^\((?:[\w-]+,? )?(?:(?:rank=(?P<rank>\d+)|pid=\d+), ?)*ip=(?P<ip>[\d.]+|[0-9a-fA-F:]+)\) ")
+    r"^\((?:[\w-]+,? )?(?:(?:rank=(?P<rank>\d+)|pid=\d+), ?)*ip=(?:(?P<ip>[\d.]+|[0-9a-fA-F:]+)|"
+    r"(?P<iphost>[A-Za-z][\w-]*[\d-][\w.-]*))\) ")  # a cluster that gives Ray its pods' names (round 42)
 # Open MPI's own lines about one process: `[h06c0901:07661] Signal: Segmentation fault (11)`
 # UCX's own: `[h:pid:0:tid]`, and after its timestamp `[1530172089.514402] [h:pid:0]` (rounds 37, 38)
 _OMPI_PROCESS = re.compile(r"^(?:\[\d+\.\d+\] +)?\[(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+)(?::\d+(?::\d+)?)?\] ")
@@ -356,7 +357,10 @@ def classify_line(
         word = _NODE_WORD.search(text)
         node = word.group("node") if word else ctx.node
     if node is None and (ray := _RAY_ACTOR.match(text)):
-        fields["ray_ip"] = ray.group("ip")
+        if ray.group("ip"):
+            fields["ray_ip"] = ray.group("ip")
+        else:
+            node = ray.group("iphost")
     if node is None and (ompi := _OMPI_PROCESS.match(text)):
         node = ompi.group("host")
         fields.setdefault("pid", str(int(ompi.group("pid"))))

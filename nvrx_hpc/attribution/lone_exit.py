@@ -13,11 +13,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from nvrx_hpc.attribution.api import Hit, Role
 
 
+def _own_code(h: Hit) -> bool:
+    """An exit with a code of its own, not a signal (srun gives none for a signal, Composer a negative one)."""
+    code = h.fields.get("code", "0")
+    return code not in ("", "0") and not code.startswith("-")
+
+
 def lone_exit_rank(hits: Sequence[Hit]) -> list[int]:
-    """[rank] of the one srun task that exited with a nonzero code while the others were signalled."""
-    exits = [h for h in hits if h.signature == "srun_task_exit"]
-    coded = {h.rank for h in exits if h.fields.get("code", "0") not in ("", "0") and h.rank is not None}
-    signalled = [h for h in exits if not h.fields.get("code")]
+    """[rank] of the one srun task (or Composer rank, round 43) that exited with a nonzero code while the others
+    were signalled."""
+    exits = [h for h in hits if h.signature in ("srun_task_exit", "composer_rank_exit")]
+    coded = {h.rank for h in exits if _own_code(h) and h.rank is not None}
+    signalled = [h for h in exits if not _own_code(h)]
     if len(coded) == 1 and signalled and all(h.rank not in coded for h in signalled):
         return sorted(coded)
     return []

@@ -283,6 +283,7 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     Signature(  # a cloud taking back a spot/preemptible VM (GCP's metadata notice, AWS's interruption), round 34
         "cloud_preempted", _S, _ROOT,
         r"(?:termination is imminent|spot[- ]termination|[Ss]pot [Ii]nstance interruption|[Ii]nstance was preempted|"
+        r"[Tt]he cluster is preempted|"  # SkyPilot's managed spot controller (round 42)
         r"^i-[0-9a-f]+\s+(?P<node>[A-Za-z][\w-]*)\S*\s.*\bServer\.SpotInstanceTermination|"  # EC2's state reason
         r"Server\.SpotInstanceTermination|Spot Instance terminated due to|instance-terminated-(?:no-capa|by-pr))",
         ("imminent", "termination", "interruption", "preempted", "Termination", "terminated"), True,
@@ -319,9 +320,15 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(
         "cuda_app_error", _A, _ROOT,
-        r"CUDA error: (?P<what>device-side assert triggered|an illegal memory access was encountered|"
-        r"misaligned address|invalid device ordinal|invalid argument)",
+        r"CUDA error: (?P<what>device-side assert triggered|misaligned address|invalid device ordinal|"
+        r"invalid argument)",
         ("CUDA error",), False, "CUDA error: {what}",
+        ("RuntimeError: CUDA error: device-side assert triggered",),
+    ),
+    Signature(  # a kernel read or wrote outside its memory: a library's kernel as often as the user's (the writers'
+        # labels, round 43); an Xid 13/31 beside it names the application (verdict's application rule)
+        "cuda_illegal_access", _F, _ROOT, r"CUDA error: (?P<what>an illegal memory access was encountered)",
+        ("CUDA error",), None, "CUDA error: {what}",
         ("RuntimeError: CUDA error: an illegal memory access was encountered",),
     ),
     Signature(  # the device aborted a kernel: a GPU fault (an Xid beside it says so) or a kernel bug
@@ -378,7 +385,7 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(
         "segfault", _F, _ROOT,
-        r"(?:Segmentation fault|segfault at [0-9a-f]+|Fatal Python error: (?!Bus error)(?P<what>[A-Za-z ]+)|"
+        r"(?:Segmentation fault|segfault at [0-9a-f]+|Fatal Python error: (?!Bus error|Aborted)(?P<what>[A-Za-z ]+)|"
         r"Illegal instruction|SIGSEGV|SIGILL)",
         ("Segmentation fault", "segfault", "Fatal Python error", "Illegal instruction", "SIGSEGV", "SIGILL"),
         True, "process crashed (segfault or illegal instruction)",
@@ -414,6 +421,13 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"NCCL WARN Cuda failure)",
         ("NCCL error", "ncclInternalError", "NCCL WARN"), True, "NCCL internal error",
         ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, internal error",),
+    ),
+    Signature(  # the verbs library refused a call (a memory registration without GPUDirect RDMA, a bad GID): the
+        # adapter's set-up on that host, the system error NCCL then raises is its consequence (round 42)
+        "nccl_ibv_call_failed", _N, _ROOT, r"NCCL WARN Call to (?P<call>ibv_\w+) failed",
+        ("NCCL WARN Call to ibv_",), True, "the InfiniBand verbs call {call} failed",
+        ("gn0:1272040:1480527 [0] misc/ibvwrap.cc:182 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid "
+         "argument",),
     ),
     Signature(
         "nccl_system_error", _N, _WEAK, r"unhandled system error", ("unhandled system error",), True,

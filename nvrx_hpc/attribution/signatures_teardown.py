@@ -44,6 +44,18 @@ TEARDOWN: tuple[Signature, ...] = (
         ("srun: error",), True, "srun: task(s) {tasks} on {node}: {what}",
         ("srun: error: n3: task 3: Exited with exit code 1",),
     ),
+    Signature(  # Composer's launcher: the rank that crashed first, then each rank's exit (`-15`: it stopped them)
+        "composer_rank_exit", _F, _CASC,
+        r"(?:^|composer\.cli\.launcher:)(?:Global rank|Rank) (?P<rank>\d+) (?:\(PID \d+\) exited with code|"
+        r"crashed with exit code) (?P<code>-?\d+)",
+        ("exited with code", "crashed with exit code"), True, "Composer's launcher saw a rank exit with {code}",
+        ("ERROR:composer.cli.launcher:Rank 3 crashed with exit code 1.", "Global rank 3 (PID 4102) exited with code 1"),
+    ),
+    Signature(  # the interpreter was given a script that is not there (a wrong path or a missing mount), round 43
+        "python_script_missing", _A, _ROOT, r"python[\d.]*: can't open file '(?P<path>[^']+)': \[Errno 2\]",
+        ("can't open file",), False, "python could not open {path}",
+        ("python: can't open file '/opt/mnist/src/dist_mnist.py': [Errno 2] No such file or directory",),
+    ),
     Signature(  # the program srun was told to start is not there on that node (a venv not activated)
         "srun_execve_failed", _A, _ROOT, r"slurmstepd(?:-[\w.-]+)?: error: execve\(\): (?P<prog>\S+): (?P<why>.*)",
         ("execve()",), False, "srun could not start {prog}: {why}",

@@ -362,7 +362,8 @@ def decide(f: Findings) -> Verdict:
                                                weak=(category, root.strength) in _ALIKE):
         ranks, nodes_from_co = [], False  # every node of the job ended alike: none stands out (a framework
         # crash that several ranks met alike is then not restartable, below; a network error is the fabric's)
-    if (category is Category.APPLICATION or root.signature == "disk_full") and root.kind == "log" and not ranks:
+    if (category is Category.APPLICATION or root.signature in ("disk_full", "shm_exhausted")) and root.kind == "log" \
+            and not ranks:
         ranks = lone_exit_rank(f.hits)  # an unranked traceback (or OSError): the one task that exited on its own
     if (category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) or root.signature == "linux_oom_kill") \
             and root.kind == "log" and not ranks:
@@ -422,7 +423,8 @@ def decide(f: Findings) -> Verdict:
         restartable = True
     elif resource is not None:
         restartable = resource.restartable
-    alike = not (ranks or nodes) and (len({r for c in co for r in c.ranks}) >= 2 or len(co) >= 3)  # none stands out
+    alike = not (ranks or nodes) and (len({r for c in co for r in c.ranks}) >= 2 or len(co) >= 3  # none stands out
+                                      or len({n for c in co for n in c.nodes}) >= 2)
     diverged = diverged or category is Category.DISTRIBUTED_HANG and root.kind == "log" and list(ranks) in ([], [0]) \
         and (ranks or not nodes)
     if diverged or category is Category.FRAMEWORK_CRASH and (alike or recurs_across_runs(root.signature, f.hits)):

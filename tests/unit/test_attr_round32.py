@@ -61,11 +61,16 @@ def test_a_memory_fault_torchs_cxx_met_on_every_rank_is_the_frameworks_and_repla
     assert v.category is Category.FRAMEWORK_CRASH and not v.culprit.ranks and v.restartable is False
 
 
-def test_a_python_calls_memory_fault_stays_the_applications(tmp_path):
+def test_a_python_calls_memory_fault_is_the_applications_when_the_driver_blames_it(tmp_path):
+    # round 43: without an Xid 13/31 beside it, an illegal access is a framework crash (most labels say a library's)
     log = ["Traceback (most recent call last):", '  File "train.py", line 88, in <module>',
            "RuntimeError: CUDA error: an illegal memory access was encountered"]
-    v = analyze_run(write_run(tmp_path, {"train.out": log})).verdict
+    kern = ["Jan 22 07:11:50 n5 kernel: NVRM: Xid (PCI:0000:5d:00): 31, pid=12001, name=python, Ch 00000008, "
+            "intr 00000000. MMU Fault: ENGINE GRAPHICS"]
+    v = analyze_run(write_run(tmp_path, {"train.out": log, "n5.kern.log": kern})).verdict
     assert v.category is Category.APPLICATION
+    v = analyze_run(write_run(tmp_path / "alone", {"train.out": log})).verdict
+    assert v.category is Category.FRAMEWORK_CRASH
 
 
 def test_a_cxx_extensions_failed_nccl_check_is_a_framework_crash(tmp_path):

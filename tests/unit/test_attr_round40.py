@@ -331,3 +331,61 @@ def test_master_addr_places_rank_0_on_its_node_even_by_its_fabric_name(tmp_path)
              "[rank0]: KeyError: 'sample_idx'"]  # fmt: skip
     v = analyze_run(write_run(tmp_path, {"slurm-2291844.out": lines})).verdict
     assert v.category is Category.APPLICATION and v.culprit.ranks == (0,) and v.culprit.nodes == ("jwb0012",)
+
+
+def test_composers_one_crashed_rank_names_an_unranked_shm_bus_error(tmp_path):
+    lines = ["ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory "
+             "(shm).",
+             "RuntimeError: DataLoader worker (pid(s) 4417) exited unexpectedly",
+             "ERROR:composer.cli.launcher:Rank 3 crashed with exit code 1.",
+             "Global rank 3 (PID 4102) exited with code 1",
+             "ERROR:composer.cli.launcher:Global rank 0 (PID 4098) exited with code -15",
+             "ERROR:composer.cli.launcher:Global rank 1 (PID 4099) exited with code -15"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"run.log": lines})).verdict
+    assert v.category is Category.HOST and v.culprit.ranks == (3,)
+
+
+def test_an_illegal_access_on_two_nodes_alike_is_a_framework_crash_and_not_restartable(tmp_path):
+    lines = ["a100-g01: RuntimeError: CUDA error: an illegal memory access was encountered",
+             "a100-g02: RuntimeError: CUDA error: an illegal memory access was encountered"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"pretrain.log": lines})).verdict
+    assert v.category is Category.FRAMEWORK_CRASH and not v.culprit.nodes and not v.restartable
+
+
+def test_rays_actor_prefix_with_a_pod_name_places_the_line(tmp_path):
+    lines = ["(WorkerDict pid=1611, ip=grpo-h800-x7k2q-worker-1) RuntimeError: CUDA error: uncorrectable ECC error "
+             "encountered"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"train_grpo.log": lines})).verdict
+    assert v.category is Category.GPU_HARDWARE and v.culprit.nodes == ("grpo-h800-x7k2q-worker-1",)
+
+
+def test_skypilots_preempted_cluster_is_the_schedulers(tmp_path):
+    lines = ["(resnet-ddp-2x, pid=4122) I 05-11 08:44:55 controller.py:125] The cluster is preempted.",
+             "(resnet-ddp-2x, pid=4122) I 05-11 08:44:55 spot_state.py:99] === Recovering... ==="]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"sky_spot_logs_controller_7.txt": lines})).verdict
+    assert v.category is Category.SCHEDULER and v.restartable
+
+
+def test_a_refused_verbs_call_on_every_node_names_no_node(tmp_path):
+    files = {}
+    for n, host in enumerate(["iv-gd0z", "iv-gd1a"]):
+        files[f"node{n}.log"] = [
+            f"[2025-10-13 10:12:54] {host}:127204:148052 [0] misc/ibvwrap.cc:182 NCCL WARN Call to ibv_reg_mr_iova2 "
+            "failed with error Invalid argument",
+            f"[rank{n * 8}]: RuntimeError: NCCL Error 2: unhandled system error (run with NCCL_DEBUG=INFO for details)"]
+    v = analyze_run(write_run(tmp_path, files)).verdict
+    assert v.category is Category.NETWORK and not v.culprit.nodes and not v.culprit.ranks
+
+
+def test_an_abort_after_watchdog_timeouts_is_their_teardown(tmp_path):
+    lines = [f"[rank{r}]:[E809 23:41:34.581865641 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective "
+             "operation timeout: WorkNCCL(SeqNum=211, OpType=ALLGATHER, Timeout(ms)=600000) ran for 600021 ms"
+             for r in range(1, 8)] + ["Fatal Python error: Aborted"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"main_ppo.log": lines})).verdict
+    assert v.category is Category.DISTRIBUTED_HANG
+
+
+def test_a_script_python_cannot_open_is_the_applications(tmp_path):
+    lines = ["python: can't open file '/opt/mnist/src/dist_mnist.py': [Errno 2] No such file or directory"]
+    v = analyze_run(write_run(tmp_path, {"master-0.log": lines, "worker-1.log": lines})).verdict
+    assert v.category is Category.APPLICATION and not v.restartable

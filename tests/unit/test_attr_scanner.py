@@ -96,7 +96,7 @@ def test_file_context_gives_rank_when_the_line_has_none(tmp_path):
     log = tmp_path / "rank-9.log"
     log.write_text("hello\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
     hits = Scanner(engine="python").scan_file(log, ctx("rank-9.log", rank=9, node="n2"))
-    assert [(h.signature, h.rank, h.node, h.line) for h in hits] == [("cuda_app_error", 9, "n2", 2)]
+    assert [(h.signature, h.rank, h.node, h.line) for h in hits] == [("cuda_illegal_access", 9, "n2", 2)]
 
 
 @pytest.fixture(scope="module")
