@@ -304,7 +304,7 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"[Mm]inimum loss scale reached|[Tt]raining has diverged)",
         (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite",
          "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged", "loss nan",
-         "loss inf", "  nan", "  inf"),  # torchtitan pads its metrics: `loss:     nan` (round 42)
+         "loss inf", "  nan"),  # torchtitan pads its metrics: `loss:     nan` (round 42)
         False, "loss or gradients became NaN/Inf",
         (" iteration 120/1000 | lm loss: nan | grad norm: nan |",
          "AssertionError: Rank 13: found NaN in local grad norm in backward pass. Device: 5, node: node-15-11"),
