@@ -58,9 +58,8 @@ def test_a_lost_node_after_a_failure_box_names_the_lost_nodes_ranks(tmp_path):
         "slurmstepd: error: *** JOB 2291 ON gpu-sp-1 CANCELLED AT 2024-11-19T05:06:31 DUE TO NODE FAILURE, SEE "
         "SLURMCTLD LOG FOR DETAILS ***",
     ]
-    v = analyze_run(write_run(tmp_path, {"slurm-2291.out": lines})).verdict
-    assert v.category is Category.HOST and v.culprit.nodes == ("gpu-sp-2",)
-    assert v.culprit.ranks == (4, 5, 6, 7)
+    culprit = analyze_run(write_run(tmp_path, {"slurm-2291.out": lines})).verdict.culprit
+    assert (culprit.nodes, culprit.ranks) == (("gpu-sp-2",), (4, 5, 6, 7))
 
 
 def test_an_xids_bus_names_the_rank_at_its_nvidia_smi_index(tmp_path):
