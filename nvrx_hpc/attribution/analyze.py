@@ -26,12 +26,14 @@ from nvrx_hpc.attribution.channel_ranks import rank_pids_by_channels
 from nvrx_hpc.attribution.crash_exit import aborts_after_exceptions, crash_exits
 from nvrx_hpc.attribution.dump_pids import other_pid_dumps
 from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminated
+from nvrx_hpc.attribution.fabric import refused_everywhere
 from nvrx_hpc.attribution.file_hosts import place_by_file_host
 from nvrx_hpc.attribution.file_rank import file_proc_ranks
 from nvrx_hpc.attribution.first_reporter import first_gpu_reporter
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
 from nvrx_hpc.attribution.horovod_stall import lone_stalled_path
 from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
+from nvrx_hpc.attribution.launchers import exception_before_exit
 from nvrx_hpc.attribution.library_asserts import library_asserts
 from nvrx_hpc.attribution.lines import LineContext
 from nvrx_hpc.attribution.local_ranks import log_dir_ranks, mark_local_prefixes
@@ -228,11 +230,13 @@ def analyze(
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
     hits = global_cgroup_tasks(align_years(log_dir_ranks(mark_local_prefixes(hits)), dated))
     hits = enrich(traceback_ranks(place_by_exit_codes(spawn_ranks(block_ranks(file_proc_ranks(hits))))))
+    hits = exception_before_exit(hits)
     hits = name_victims(drop_recovered(traceback_ranks(hits, headers=("ray_task_error",))))
     hits = quiet_terminated(aborts_after_exceptions(crash_exits(library_asserts(accesses_the_driver_blames(hits)))))
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked
     hits = shared_node_ranks(hang_before_limit(hung_cancels(own_cancels(other_jobs_ends(hits)))))
     hits = lone_stalled_path(first_gpu_reporter(place_lost_daemon(single_process_rank(place_on_batch_host(hits)))))
+    hits = refused_everywhere(hits)
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     dumps = files.fr_dumps if since is None else [p for p in files.fr_dumps if _mtime(p) >= since]

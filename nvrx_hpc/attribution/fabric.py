@@ -10,10 +10,13 @@ events without a time, so two hosts' events interleaved in one job output count 
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-__all__ = ["FABRIC_WINDOW_S", "LINK_EVENTS", "fabric_wide"]
+from nvrx_hpc.attribution.api import Hit
+
+__all__ = ["FABRIC_WINDOW_S", "LINK_EVENTS", "fabric_wide", "refused_everywhere"]
 
 FABRIC_WINDOW_S = 30.0  # hosts whose links went down this close together lost them to one event
 # A link that lost its carrier; a NIC's own fault (cable error, firmware, health) stays that host's.
@@ -37,3 +40,13 @@ def fabric_wide(downs: Iterable[tuple[str, float | None, str, str]]) -> int:
     if len(first) < 2 or max(first.values()) - min(first.values()) > FABRIC_WINDOW_S:
         return 0
     return len(first)
+
+
+def refused_everywhere(hits: Sequence[Hit]) -> list[Hit]:
+    """NCCL's `Call to connect returned Connection refused` on two or more hosts is the fabric's set-up (a plugin and
+    driver that do not match, a firewall), not one node: not restartable (round 45). On one host it stays that
+    host's, restartable elsewhere."""
+    hosts = {h.node for h in hits if h.signature == "nccl_connect_refused" and h.node}
+    if len(hosts) < 2:
+        return list(hits)
+    return [dataclasses.replace(h, restartable=False) if h.signature == "nccl_connect_refused" else h for h in hits]

@@ -23,7 +23,7 @@ from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.lines import parse_time, ranks_of, srun_label
 from nvrx_hpc.attribution.local_ranks import file_local_maps, label_node_ranks
 
-__all__ = ["enrich", "name_victims", "name_oom_victims", "ds_mapping", "NOT_HOSTS", "is_host"]
+__all__ = ["exception_before_exit", "enrich", "name_victims", "name_oom_victims", "ds_mapping", "NOT_HOSTS", "is_host"]
 
 NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")  # docker's default hostname in a container: not a node (round 27)
@@ -359,3 +359,25 @@ def name_victims(hits: Sequence[Hit]) -> list[Hit]:
 
 
 name_oom_victims = name_victims  # the name of its first rule, kept for callers
+
+
+_TRACEBACK_TO_EXIT = 2  # lines between a worker's last traceback line and its agent's `failed (exitcode: ...)`
+
+
+def exception_before_exit(hits: Sequence[Hit]) -> list[Hit]:
+    """An unranked exception line right above torchrun's `failed (exitcode: 1) local_rank: L` line in the same file
+    is that worker's: the agent reports the exit as soon as the worker's stderr ends (round 45: a NameError above rank
+    304's exit, with 48 nodes' lines around it). Only a worker that exited with a code of its own, not a signal."""
+    exits = {(h.source, h.line): h for h in hits
+             if h.signature == "elastic_child_failed" and h.rank is not None and h.fields.get("code", "").isdigit()}
+    if not exits:
+        return list(hits)
+    out = []
+    for h in hits:
+        if h.rank is None and h.role is Role.ROOT and h.signature == "python_exception":
+            below = next((exits[(h.source, h.line + d)] for d in range(1, _TRACEBACK_TO_EXIT + 1)
+                          if (h.source, h.line + d) in exits), None)  # fmt: skip
+            if below is not None and below.fields.get("code") != "0":
+                h = dataclasses.replace(h, rank=below.rank, node=h.node or below.node)
+        out.append(h)
+    return out

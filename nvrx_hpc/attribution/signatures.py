@@ -258,8 +258,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(  # Determined's master lost an agent, the node it runs on (round 28); its id is the node's name
         "determined_agent_lost", _H, _ROOT,
-        r"agent (?:crashed|did not reconnect within the reconnect period)[^\n]*?\bid=\"(?P<failed>[\w.-]+)\"",
-        ("agent crashed", "did not reconnect"), True, "Determined lost the agent of a node",
+        r"agent (?:crashed|did not reconnect within the reconnect period)[^\n]*?\bid=\"(?P<failed>[\w.-]+)\"|"
+        # the master's logfmt (round 45): `msg="agent closed with allocated containers" agent-id=gpu-a14`
+        r"msg=\"agent (?:failed to reconnect within timeout|closed with allocated containers)[^\"]*\"[^\n]*?"
+        r"\bagent-id=(?P<node>[\w.-]+)",
+        ("agent crashed", "did not reconnect", "failed to reconnect", "closed with allocated"), True,
+        "Determined lost the agent of a node",
         ('<error>   [2023-01-10, 01:17:38] agent crashed  address="10.30.4.16" error="agent closed with allocated '
          'containers" id="gpu-worker-06" resource-pool="gpu-pool" system="master" type="agent"',),
     ),
@@ -301,10 +305,11 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"(?:(?:loss|grad[ _]norm|Loss)[^\n|]{0,24}?(?::\s+|=)(?:nan|-?inf)\b|[Ll]oss (?:is )?(?:NaN|nan|Inf|inf)\b|"
         r"found NaN in|Unexpected result nan|non-finite (?:loss|gradient|value)|[Ll]oss became (?:NaN|nan|inf|Inf)|"
         r"returned nan values|= (?:nan|-?inf) is not finite|loss scale already at minimum|"
-        r"[Mm]inimum loss scale reached|[Tt]raining has diverged)",
+        r"[Mm]inimum loss scale reached|[Tt]raining has diverged|"
+        r"\(jitter = [\d.]+\)\s+(?:nan|-?inf)\b)",  # tf_cnn_benchmarks' loss column (Horovod's, round 45)
         (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite",
          "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged", "loss nan",
-         "loss inf", "  nan"),  # torchtitan pads its metrics: `loss:     nan` (round 42)
+         "loss inf", "  nan", "jitter = "),  # torchtitan pads its metrics: `loss:     nan` (round 42)
         False, "loss or gradients became NaN/Inf",
         (" iteration 120/1000 | lm loss: nan | grad norm: nan |",
          "AssertionError: Rank 13: found NaN in local grad norm in backward pass. Device: 5, node: node-15-11"),
@@ -421,6 +426,18 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"NCCL WARN Cuda failure)",
         ("NCCL error", "ncclInternalError", "NCCL WARN"), True, "NCCL internal error",
         ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, internal error",),
+    ),
+    Signature(  # NCCL (GPUDirect-TCPX's plugin) cannot reach its peers' listening sockets at set-up: on several
+        # hosts the fabric's set-up (a driver the plugin does not match, a firewall), which every restart meets
+        # again; on one host that node's (fabric.refused_everywhere, rounds 38 and 45)
+        "nccl_connect_refused", _N, _ROOT, r"NCCL INFO Call to connect returned Connection refused, retrying",
+        ("Call to connect returned",), True, "NCCL could not connect to its peers (connection refused)",
+        ("a3h-1:40219:40511 [0] NCCL INFO Call to connect returned Connection refused, retrying",),
+    ),
+    Signature(  # two ranks of a job on one GPU: the job's device mapping (LOCAL_RANK not used), round 45
+        "nccl_duplicate_gpu", _A, _ROOT, r"NCCL WARN Duplicate GPU detected : rank \d+ and rank \d+ both on",
+        ("Duplicate GPU detected",), False, "two ranks were given the same GPU (the job's device mapping)",
+        ("h0:179:197 [0] init.cc:573 NCCL WARN Duplicate GPU detected : rank 2 and rank 3 both on CUDA device 1cb000",),
     ),
     Signature(  # the verbs library refused a call (a memory registration without GPUDirect RDMA, a bad GID): the
         # adapter's set-up on that host, the system error NCCL then raises is its consequence (round 42)

@@ -36,8 +36,9 @@ HANG: tuple[Signature, ...] = (
     Signature(
         "collective_timeout", _D, _WEAK,
         r"(?:Timed out waiting [^\n]*for (?:the )?(?:collective|barrier|all_?reduce|recv|send)|"
-        r"timed out in monitoredBarrier|(?:collective|barrier) operation timed out|ProcessGroupGloo[^\n]*[Tt]imed out)",
-        ("Timed out", "timed out"), True, "a collective timed out",
+        r"timed out in monitoredBarrier|(?:collective|barrier) operation timed out|ProcessGroupGloo[^\n]*[Tt]imed out|"
+        r"\b(?:broadcast|all_?reduce|all_?gather|barrier|reduce_scatter)\b[^\n]{0,80}did not complete within \d+ ?ms)",
+        ("Timed out", "timed out", "did not complete within"), True, "a collective timed out",
         ("RuntimeError: ProcessGroupGloo::allreduce: Timed out after 30000 ms",),
     ),
     Signature(  # Horovod's stall inspector: under `Missing ranks:`, each rank that never submitted the tensors

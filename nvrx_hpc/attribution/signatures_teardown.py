@@ -51,6 +51,12 @@ TEARDOWN: tuple[Signature, ...] = (
         ("exited with code", "crashed with exit code"), True, "Composer's launcher saw a rank exit with {code}",
         ("ERROR:composer.cli.launcher:Rank 3 crashed with exit code 1.", "Global rank 3 (PID 4102) exited with code 1"),
     ),
+    Signature(  # slurmd ran the site's prolog or epilog and it failed: Slurm drains the node (a broken health script
+        # drains every node it runs on until an admin fixes it, round 45)
+        "slurm_prolog_epilog_failed", _S, _ROOT, r"error: \[job (?P<job>\d+)\] (?P<which>prolog|epilog) failed status=",
+        ("prolog failed", "epilog failed"), False, "the site's Slurm {which} failed (Slurm drains the node)",
+        ("[2026-06-18T09:22:03.913] error: [job 118] epilog failed status=1:0",),
+    ),
     Signature(  # the interpreter was given a script that is not there (a wrong path or a missing mount), round 43
         "python_script_missing", _A, _ROOT, r"python[\d.]*: can't open file '(?P<path>[^']+)': \[Errno 2\]",
         ("can't open file",), False, "python could not open {path}",

@@ -388,3 +388,74 @@ def test_a_script_python_cannot_open_is_the_applications(tmp_path):
     lines = ["python: can't open file '/opt/mnist/src/dist_mnist.py': [Errno 2] No such file or directory"]
     v = analyze_run(write_run(tmp_path, {"master-0.log": lines, "worker-1.log": lines})).verdict
     assert v.category is Category.APPLICATION and not v.restartable
+
+
+def test_a_trainers_collective_that_did_not_complete_is_a_hang(tmp_path):
+    lines = ["2025-07-29 10:03:40,877 trainer INFO rank 0: broadcasting initial parameters",
+             "2025-07-29 10:13:40,920 trainer ERROR rank 0: broadcast of 'model.embed_tokens.weight' did not complete "
+             "within 600000 ms"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"job.log": lines})).verdict
+    assert v.category is Category.DISTRIBUTED_HANG
+
+
+def test_two_ranks_on_one_gpu_is_the_jobs_device_mapping(tmp_path):
+    lines = ["8dbe9e7:179:197 [0] init.cc:573 NCCL WARN Duplicate GPU detected : rank 2 and rank 3 both on CUDA device "
+             "1cb000",
+             "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:784, invalid usage, NCCL version 2.7.8"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"70_driver_log_2.txt": lines})).verdict
+    assert v.category is Category.APPLICATION and not v.restartable
+
+
+def test_a_failed_site_epilog_that_drains_nodes_is_the_schedulers(tmp_path):
+    lines = ["[2026-06-18T09:22:03.913] error: /slurm/custom_scripts/epilog.d/gpu-test.epilog_slurmd: exited with "
+             "status 0x0100", "[2026-06-18T09:22:03.913] error: [job 118] epilog failed status=1:0"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"slurmd_a3h-2.log": lines})).verdict
+    assert v.category is Category.SCHEDULER and not v.restartable
+
+
+def _refused(hosts: list[str]) -> list[str]:
+    lines = [f"{n}: {host}:40219:40511 [0] NCCL INFO Call to connect returned Connection refused, retrying"
+             for n, host in enumerate(hosts)] * 3  # fmt: skip
+    return lines + [f"{n}: [rank{n}]:[E912 14:51:07.118402013 ProcessGroupNCCL.cpp:616] [Rank {n}] Watchdog caught "
+                    "collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600000 ms"
+                    for n in range(len(hosts))]  # fmt: skip
+
+
+def test_connections_refused_on_every_host_are_the_fabrics_set_up(tmp_path):
+    v = analyze_run(write_run(tmp_path, {"slurm-57.out": _refused(["a3h-0", "a3h-1"])})).verdict
+    assert v.category is Category.NETWORK and not v.restartable
+
+
+def test_connections_refused_on_one_host_stay_restartable(tmp_path):
+    v = analyze_run(write_run(tmp_path, {"slurm-57.out": _refused(["a3h-1"])})).verdict
+    assert v.category is Category.NETWORK and v.restartable
+
+
+def test_determineds_master_logfmt_names_the_lost_agent(tmp_path):
+    lines = ['time="2023-03-14T06:46:12Z" level=error msg="agent closed with allocated containers" agent-id=gpu-a14 '
+             'containers="[d27a3f08]" component=agent',
+             'time="2023-03-14T06:46:12Z" level=error msg="allocation failed due to agent failure" '
+             "allocation-id=318.4e7a1c55.1 component=task"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"master.log": lines})).verdict
+    assert v.category is Category.HOST and v.culprit.nodes == ("gpu-a14",)
+
+
+def test_a_nan_in_tf_cnn_benchmarks_loss_column_is_numerical(tmp_path):
+    lines = ["[1,5]<stdout>:290\timages/sec: 1092.1 +/- 3.8 (jitter = 1.0)\t7.811\t0.001\t0.010",
+             "[1,5]<stdout>:300\timages/sec: 1092.3 +/- 3.8 (jitter = 1.0)\tnan\t0.001\t0.010"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"horovod.log": lines})).verdict
+    assert v.category is Category.NUMERICAL
+
+
+def test_an_unranked_exception_right_above_a_workers_exit_is_that_workers(tmp_path):
+    lines = ["[default0]:[rank304]: step 1", "Traceback (most recent call last):",
+             '  File "pretrain_gpt.py", line 229, in main', "    die",
+             "NameError: name 'die' is not defined",
+             "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 118204) of "
+             "binary: /usr/bin/python",
+             "Failures:", "[1]:", "  time      : 2022-03-10_11:02:34", "  host      : jean-zay-iam38",
+             "  rank      : 305 (local_rank: 1)", "  exitcode  : -15 (pid: 118205)",
+             "Root Cause (first observed failure):", "[0]:", "  time      : 2022-03-10_11:02:33",
+             "  host      : jean-zay-iam38", "  rank      : 304 (local_rank: 0)", "  exitcode  : 1 (pid: 118204)"]
+    v = analyze_run(write_run(tmp_path, {"tr11-1318862.out": lines})).verdict
+    assert v.category is Category.APPLICATION and v.culprit.ranks == (304,)
