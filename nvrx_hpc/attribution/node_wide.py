@@ -10,7 +10,7 @@ block of ranks, as the rank map places them.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from nvrx_hpc.attribution.api import Category
 from nvrx_hpc.attribution.resources import is_local_path
@@ -18,7 +18,7 @@ from nvrx_hpc.attribution.resources import is_local_path
 __all__ = ["node_wide_ranks"]
 
 NODE_WIDE_SIGNATURES = frozenset({"nccl_nvls_failure", "cuda_system_not_ready"})
-_NODE_WIDE_TEXT = re.compile(r"\bNVLS\b|[Mm]ulticast|[Ff]abric ?[Mm]anager|NVSwitch")
+_NODE_WIDE_TEXT = re.compile(r"\bNVLS\b|[Mm]ulticast")  # not a fabric manager line: it may name one GPU's port
 _MISSING_FILE = re.compile(r"No such file or directory: '(/[^']+)'")
 
 
@@ -30,12 +30,13 @@ def _node_wide(category: Category, signature: str, text: str) -> bool:
 
 
 def node_wide_ranks(
-    category: Category, signature: str, text: str, nodes: Sequence[str], ranks: Sequence[int],
+    category: Category, faults: Iterable[tuple[str, str]], nodes: Sequence[str], ranks: Sequence[int],
     rank_nodes: Mapping[int, str],
 ) -> list[int]:
-    """All ranks the rank map places on the root's one node when the root is a fault of a part the node shares and
-    the named ranks are all there; `ranks` unchanged otherwise."""
-    if len(set(nodes)) != 1 or not _node_wide(category, signature, text):
+    """All ranks the rank map places on the root's one node when the root, or another root-strength fault of its kind
+    on that node (`faults`: signature and text; an Xid 74 beside the fabric manager's errors, round 44), is a fault
+    of a part the node shares, and the named ranks are all there; `ranks` unchanged otherwise."""
+    if len(set(nodes)) != 1 or not any(_node_wide(category, signature, text) for signature, text in faults):
         return list(ranks)
     block = sorted(r for r, n in rank_nodes.items() if n == nodes[0])
     return block if set(ranks) <= set(block) and len(block) > len(ranks) else list(ranks)

@@ -382,7 +382,8 @@ def decide(f: Findings) -> Verdict:
     nodes = sorted(({n for c in co for n in c.nodes} if nodes_from_co else set()) | lost
                    | {rank_nodes[r] for r in ranks if r in rank_nodes})  # fmt: skip
     gpus = sorted({g for c in co for g in c.gpus}) if nodes_from_co else []
-    ranks = node_wide_ranks(root.category, root.signature, root.evidence.text, nodes, ranks, rank_nodes)
+    same = [(c.signature, c.evidence.text) for c in causes if c.strength == 3 and set(c.nodes) == set(nodes)]
+    ranks = node_wide_ranks(root.category, same, nodes, ranks, rank_nodes)  # a part the node shares (node_wide.py)
     if root.category is Category.NETWORK and root.kind == "log" and len(ranks) > 1 and len(nodes) == 1:
         ranks = []  # several ranks of one node saw its adapter or link fail: the node's network, not a rank's
     peer_unknown = False

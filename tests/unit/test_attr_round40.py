@@ -459,3 +459,27 @@ def test_an_unranked_exception_right_above_a_workers_exit_is_that_workers(tmp_pa
              "  host      : jean-zay-iam38", "  rank      : 304 (local_rank: 0)", "  exitcode  : 1 (pid: 118204)"]
     v = analyze_run(write_run(tmp_path, {"tr11-1318862.out": lines})).verdict
     assert v.category is Category.APPLICATION and v.culprit.ranks == (304,)
+
+
+def _xid74(extra: list[str]) -> list[str]:
+    return ["Jan 02 21:58:04 hgx-h200-13 kernel: NVRM: Xid (PCI:0000:4c:00): 74, pid='<unknown>', name=<unknown>, "
+            "NVLink: fatal error detected on link 3",
+            "Jan 02 21:58:05 hgx-h200-13 nv-fabricmanager[4211]: [ERROR] detected NVLink port error on GPU physical "
+            "id 2 port 3", *extra]  # fmt: skip
+
+
+def test_an_xid_74_beside_nvls_failures_names_every_rank_of_the_node(tmp_path):
+    out = ["srun -N2 --ntasks-per-node=4 python train.py", *(f"{r}: [rank{r}]: step 1" for r in range(4)),
+           *(f"{r}: hgx-h200-13:538{r}:539{r} [{r - 4}] transport/nvls.cc:244 NCCL WARN Cuda failure 1 'invalid "
+             "argument'" for r in (4, 6)),
+           "srun: error: hgx-h200-13: tasks 4-7: Exited with exit code 1"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"slurm-1.out": out, "hgx-h200-13_journal.txt": _xid74([])})).verdict
+    assert v.category is Category.GPU_HARDWARE and v.culprit.ranks == (4, 5, 6, 7)
+
+
+def test_an_xid_74_with_a_fabric_manager_port_error_names_its_one_rank(tmp_path):
+    out = ["srun -N2 --ntasks-per-node=4 python train.py", *(f"{r}: [rank{r}]: step 1" for r in range(8)),
+           "6: [rank6]: RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution",
+           "srun: error: hgx-h200-13: tasks 4-7: Exited with exit code 1"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"slurm-1.out": out, "hgx-h200-13_journal.txt": _xid74([])})).verdict
+    assert v.category is Category.GPU_HARDWARE and len(v.culprit.ranks) <= 2
