@@ -29,6 +29,7 @@ from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminate
 from nvrx_hpc.attribution.fabric import refused_everywhere
 from nvrx_hpc.attribution.file_hosts import place_by_file_host
 from nvrx_hpc.attribution.file_rank import file_proc_ranks
+from nvrx_hpc.attribution.fingerprints import drifted_fingerprints
 from nvrx_hpc.attribution.first_reporter import first_gpu_reporter
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
 from nvrx_hpc.attribution.horovod_stall import lone_stalled_path
@@ -236,7 +237,7 @@ def analyze(
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked
     hits = shared_node_ranks(hang_before_limit(hung_cancels(own_cancels(other_jobs_ends(hits)))))
     hits = lone_stalled_path(first_gpu_reporter(place_lost_daemon(single_process_rank(place_on_batch_host(hits)))))
-    hits = refused_everywhere(hits)
+    hits = drifted_fingerprints(refused_everywhere(hits))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     dumps = files.fr_dumps if since is None else [p for p in files.fr_dumps if _mtime(p) >= since]

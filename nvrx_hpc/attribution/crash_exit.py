@@ -25,12 +25,13 @@ _CRASH_SIGNALS = {"-11": "SIGSEGV", "-4": "SIGILL", "139": "SIGSEGV", "132": "SI
 
 
 def crash_exits(hits: Sequence[Hit]) -> list[Hit]:
-    """`hits` with each launcher report of a placed rank's crash signal made a weak framework-crash cause."""
+    """`hits` with each launcher report of a crash signal made a weak framework-crash cause."""
     out = []
     for h in hits:
         signal = _CRASH_SIGNALS.get(h.fields.get("code", ""))
-        if h.signature in _LAUNCHER_EXITS and signal and (h.rank is not None or h.node) and h.role is Role.CASCADE:
-            who = f"rank {h.rank}" if h.rank is not None else f"a child on {h.node}"
+        if h.signature in _LAUNCHER_EXITS and signal and h.role is Role.CASCADE:  # placed or not (a one-node
+            # DeepSpeed launcher prints no host, round 44)
+            who = f"rank {h.rank}" if h.rank is not None else f"a child on {h.node}" if h.node else "a child"
             h = dataclasses.replace(h, role=Role.WEAK, category=Category.FRAMEWORK_CRASH, restartable=True,
                                     summary=f"the launcher saw {who} crash with {signal}")  # fmt: skip
         elif h.signature in _LAUNCHER_EXITS and h.fields.get("code") in ("-9", "137") and h.node \

@@ -14,7 +14,8 @@ _N, _F = Category.NETWORK, Category.FRAMEWORK_CRASH
 # Exceptions that are the visible end of a failure elsewhere, not a cause of their own.
 CASCADE_EXCEPTIONS = ("DistBackendError", "ChildFailedError", "KeyboardInterrupt", "DistNetworkError", "SystemExit",
                       "SignalException", "HorovodInternalError", "RayActorError", "ActorDiedError",
-                      "TrainingFailedError")  # Ray Train's wrapper: "inspect the previous error messages"
+                      "TrainingFailedError",  # Ray Train's wrapper: "inspect the previous error messages"
+                      "ProcessRaisedException", "ProcessExitedException")  # mp.spawn's report of a child's end
 # NCCL's own error types name where the trouble is; they are a cause only when nothing stronger is found.
 _NCCL_EXCEPTIONS = {"ncclSystemError": _N, "ncclRemoteError": _N, "ncclInternalError": _F,
                     "ncclUnhandledCudaError": _F, "ncclInvalidUsage": _F}  # fmt: skip
@@ -40,6 +41,8 @@ _AFTERMATH_MESSAGE = re.compile(r"^NCCL communicator was aborted(?:\.?\s*$| on r
                                 r"'--local[-_]rank=\d+'.*returned non-zero|"
                                 r"'torch\.distributed\.(?:run|launch)'.*returned non-zero|"
                                 r"^Horovod detected that one or more processes exited|"
+                                r"^Horovod has been shut down\. This was caused by an exception on one of the ranks|"
+                                r"please check (?:the )?log messages above|"  # a wrapper of an error printed above
                                 + FOLLOWER_MESSAGE)
 
 

@@ -194,6 +194,8 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
     torchrun ...`) says so too (round 13). Returns the hits so corrected, and whether srun started
     launchers."""
     if not any("task_label" in h.fields and h.fields["task_label"] != str(h.rank) for h in hits) and not any(
+            h.signature == "hf_process_rank" and h.fields.get("own_rank", h.fields.get("srun_label"))
+            != h.fields.get("srun_label") for h in hits) and not any(
             h.signature == "torchrun_cmd" and _SRUN_TORCHRUN.search(h.text) or _RAY_TRAIN.match(h.text)
             or h.signature == "srun_node_rank_launch" for h in hits
     ) and not _one_task_a_node(hits) and not _ds_per_node(hits):

@@ -68,7 +68,9 @@ _PID = re.compile(r"\bpid[=:] ?(\d+)|\(pid(?:: |\(s\) | )(\d+)\)|\bPID (\d+)|Kil
 # (`| rank 24 |`, `rank=24`; not `node_rank=` or `local_rank=`).
 _INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank:? (\d{1,7})\b[:\]]|\[rank(\d{1,7})\]|"
                           r"\|\s*rank\s+(\d{1,7})\s*\||(?<![\w-])(?:global_|world_)?rank=(\d{1,7})\b")
-_NCCL_PREFIX = re.compile(r"^(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
+# NCCL's `host:pid:tid [dev]`, maybe after a logger's bracketed stamp (`[2024-06-23 15:45:07] h:1:2 [0]`, round 46)
+_NCCL_PREFIX = re.compile(r"^(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] )?"
+                          r"(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 # `node=h3`; Megatron's result validation: `Rank 10, node gpu-h03, device 2, iteration 7: Unexpected result nan`
 _NODE_WORD = re.compile(r"(?:\bnode[:=] ?|\bRank \d{1,7}, node )(?P<node>[A-Za-z][\w.-]*)")
 # Ray's prefix of a remote actor's line: `(RayTrainWorker pid=73310, ip=10.8.2.33) ...`, SkyPilot's `(node-1 pid=7,

@@ -434,8 +434,14 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("Call to connect returned",), True, "NCCL could not connect to its peers (connection refused)",
         ("a3h-1:40219:40511 [0] NCCL INFO Call to connect returned Connection refused, retrying",),
     ),
+    Signature(  # cudaErrorDevicesUnavailable: the node's GPUs are held (exclusive-process mode and a stray process
+        # of an earlier job): the node's state, restartable on others (round 47)
+        "gpu_devices_busy", Category.HOST, _ROOT, r"all CUDA-capable devices are busy or unavailable",
+        ("devices are busy",), True, "the node's GPUs are busy or unavailable (held by another process)",
+        ("RuntimeError: cuda runtime error (46) : all CUDA-capable devices are busy or unavailable at THC.cpp:70",),
+    ),
     Signature(  # two ranks of a job on one GPU: the job's device mapping (LOCAL_RANK not used), round 45
-        "nccl_duplicate_gpu", _A, _ROOT, r"NCCL WARN Duplicate GPU detected : rank \d+ and rank \d+ both on",
+        "nccl_duplicate_gpu", _A, _ROOT, r"Duplicate GPU detected : rank \d+ and rank \d+ both on",
         ("Duplicate GPU detected",), False, "two ranks were given the same GPU (the job's device mapping)",
         ("h0:179:197 [0] init.cc:573 NCCL WARN Duplicate GPU detected : rank 2 and rank 3 both on CUDA device 1cb000",),
     ),

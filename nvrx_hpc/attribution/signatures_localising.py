@@ -226,6 +226,20 @@ LOCALISING: tuple[Signature, ...] = (
         ("SLURM_PROCID=", "OMPI_COMM_WORLD_RANK=", "PMI_RANK="), None, "a process of rank {frank}",
         ("[kgc-n02] SLURM_PROCID=1 -> torchbiggraph_train --rank 1 configs/schemaorg_dist.py",),
     ),
+    Signature(  # HF Trainer's (and LLaMA-Factory's) start-up line of each process: its global rank; under srun's
+        # label of one launcher per node it shows the labels are launchers (launchers.py, round 44)
+        "hf_process_rank", _D, _CTX, r"\bProcess rank: (?P<rank>\d{1,6}), device: cuda:\d+",
+        ("Process rank: ",), None, "process of rank {rank}",
+        ("03/30/2024 14:02:20 - INFO - llmtuner.hparams.parser - Process rank: 4, device: cuda:0, n_gpu: 1",),
+    ),
+    Signature(  # TORCH_DISTRIBUTED_DEBUG=DETAIL's check of each collective (fingerprints.py, round 44)
+        "collective_fingerprint", _D, _CTX,
+        r"\[Rank (?P<frank>\d+)\] Running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+), "
+        r"OpType=(?P<op>\w+)", ("Running collective: CollectiveFingerPrint",), None,
+        "rank {frank} runs collective {seq} ({op})",
+        ("[I ProcessGroupWrapper.cpp:562] [Rank 1] Running collective: CollectiveFingerPrint(SequenceNumber=1270, "
+         "OpType=ALLREDUCE, TensorShape=[], TensorDtypes=Float)",),
+    ),
     Signature(  # a row of nvidia-smi's process table (`|    0     21880      C   ...python     7167MiB |`, newer
         # drivers with `N/A  N/A` GI/CI columns): a GPU that has a process (gpu_bus.py: the one GPU without, round 40)
         "smi_gpu_process", Category.GPU_HARDWARE, _CTX,
@@ -246,7 +260,7 @@ LOCALISING: tuple[Signature, ...] = (
     ),
     Signature(  # a traceback frame inside an installed framework (library_asserts.py: whose assertion it is)
         "library_frame", _F, _CTX,
-        r"File \"(?P<path>[^\"]*/(?:site|dist)-packages/(?P<pkg>" + FRAMEWORK_PACKAGES + r")/"
+        r"File \"(?P<path>[^\"]*/(?:site|dist)-packages/(?:[\w.+-]+\.egg/)?(?P<pkg>" + FRAMEWORK_PACKAGES + r")/"
         r"[^\"]*)\", line \d+, in (?P<func>[^\s,]+)",
         ("-packages/",), None, "a frame in {pkg}",
         ('  File "/opt/venv/lib/python3.10/site-packages/torch/distributed/fsdp/_utils.py", line 148, in p_assert',),

@@ -483,3 +483,75 @@ def test_an_xid_74_with_a_fabric_manager_port_error_names_its_one_rank(tmp_path)
            "srun: error: hgx-h200-13: tasks 4-7: Exited with exit code 1"]  # fmt: skip
     v = analyze_run(write_run(tmp_path, {"slurm-1.out": out, "hgx-h200-13_journal.txt": _xid74([])})).verdict
     assert v.category is Category.GPU_HARDWARE and len(v.culprit.ranks) <= 2
+
+
+def test_a_one_node_deepspeed_launchers_segv_exit_is_a_framework_crash(tmp_path):
+    lines = ["[2023-09-08 08:39:48,002] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 1803311",
+             "[2023-09-08 08:39:48,577] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3.10', '-u', "
+             "'main.py', '--local_rank=3', '--zero_stage', '2'] exits with return code = -11"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"training.log": lines})).verdict
+    assert v.category is Category.FRAMEWORK_CRASH
+
+
+def test_collective_fingerprints_that_drift_apart_are_a_desync(tmp_path):
+    fp = ("[I ProcessGroupWrapper.cpp:562] [Rank {r}] Running collective: CollectiveFingerPrint(SequenceNumber={s}, "
+          "OpType={op}, TensorShape=[], TensorDtypes=Float)")
+    lines = [fp.format(r=r, s=s, op="ALLTOALL_BASE") for s in (1240, 1241) for r in (0, 1)]
+    lines += [fp.format(r=0, s=1273, op="ALLREDUCE"), fp.format(r=1, s=1271, op="ALLREDUCE")]
+    v = analyze_run(write_run(tmp_path, {"run_moe.log": lines})).verdict
+    assert v.category is Category.DISTRIBUTED_HANG and not v.restartable and not v.culprit.ranks
+
+
+def test_collective_fingerprints_in_step_are_no_failure(tmp_path):
+    fp = ("[I ProcessGroupWrapper.cpp:562] [Rank {r}] Running collective: CollectiveFingerPrint(SequenceNumber={s}, "
+          "OpType=ALLREDUCE, TensorShape=[], TensorDtypes=Float)")
+    v = analyze_run(write_run(tmp_path, {"run.log": [fp.format(r=r, s=s) for s in (7, 8) for r in (0, 1)]})).verdict
+    assert v.category is Category.UNKNOWN
+
+
+def test_hf_process_rank_lines_under_srun_labels_make_the_labels_launchers(tmp_path):
+    lines = [f"{n}: 03/30/2024 14:02:20 - INFO - llmtuner.hparams.parser - Process rank: {n * 4 + g}, device: "
+             f"cuda:{g}, n_gpu: 1" for n in range(4) for g in range(4)]  # fmt: skip
+    lines += ["2: FileNotFoundError: [Errno 2] Failed to open local file '/home/u/.cache/hf/train.arrow'",
+              "2: [2024-03-30 14:03:03,490] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: "
+              "1) local_rank: 0 (pid: 77119) of binary: /usr/bin/python",
+              "2: Root Cause (first observed failure):", "2: [0]:", "2:   time      : 2024-03-30_14:03:02",
+              "2:   host      : hpc-g023", "2:   rank      : 8 (local_rank: 0)", "2:   exitcode  : 1 (pid: 77119)",
+              "srun: error: hpc-g023: task 2: Exited with exit code 1",
+              "srun: error: hpc-g021: task 0: Terminated", "srun: error: hpc-g022: task 1: Terminated",
+              "srun: error: hpc-g024: task 3: Terminated"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"slurm-3310457.out": lines})).verdict
+    assert v.category is Category.APPLICATION and v.culprit.ranks == (8,)
+
+
+def test_a_kernels_assertion_raised_through_an_egg_installed_library_is_its_crash(tmp_path):
+    lines = ["torch.multiprocessing.spawn.ProcessRaisedException: ",
+             "-- Process 3 terminated with the following error:",
+             "Traceback (most recent call last):",
+             '  File "/usr/local/lib/python3.10/dist-packages/deep_ep-1.0.0-py3.10-linux-x86_64.egg/deep_ep/'
+             'buffer.py", line 426, in internode_combine',
+             "    combined_x, combined_topk_weights, event = self.runtime.internode_combine(",
+             "RuntimeError: Failed: Assertion error /workspace/DeepEP/csrc/kernels/internode.cu:1713 'num_max > 0'"]
+    v = analyze_run(write_run(tmp_path, {"test_internode.log": lines})).verdict
+    assert v.category is Category.FRAMEWORK_CRASH
+
+
+def test_busy_gpus_are_the_nodes_state(tmp_path):
+    lines = ["RuntimeError: cuda runtime error (46) : all CUDA-capable devices are busy or unavailable at THC.cpp:70"]
+    v = analyze_run(write_run(tmp_path, {"slurm-214877.out": lines})).verdict
+    assert v.category is Category.HOST and v.restartable
+
+
+def test_horovods_shut_down_message_is_the_aftermath_of_another_failure(tmp_path):
+    lines = ["ORTE has lost communication with a remote daemon.",
+             "[1,0]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an exception on one of the "
+             "ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the ranks finished"]
+    v = analyze_run(write_run(tmp_path, {"slurm-248913.out": lines})).verdict
+    assert v.category is not Category.APPLICATION
+
+
+def test_nccls_prefix_after_a_loggers_stamp_places_the_line(tmp_path):
+    lines = ["[default0]:[2024-06-23 15:45:07] hgx-c14:420:437 [0] transport/nvls.cc:379 (nvlsAllocateMem) NCCL WARN "
+             "Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152 : CUDA error 401"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"slurm-93011.out": lines})).verdict
+    assert v.category is Category.GPU_HARDWARE and v.culprit.nodes == ("hgx-c14",)
