@@ -332,8 +332,9 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(  # a kernel read or wrote outside its memory: a library's kernel as often as the user's (the writers'
         # labels, round 43); an Xid 13/31 beside it names the application (verdict's application rule)
-        "cuda_illegal_access", _F, _ROOT, r"CUDA error: (?P<what>an illegal memory access was encountered)",
-        ("CUDA error",), None, "CUDA error: {what}",
+        "cuda_illegal_access", _F, _ROOT,
+        r"(?:CUDA error|Error \[CUDA\]): (?P<what>an illegal memory access was encountered)",  # Triton's too
+        ("CUDA error", "Error [CUDA]"), None, "CUDA error: {what}",
         ("RuntimeError: CUDA error: an illegal memory access was encountered",),
     ),
     Signature(  # the device aborted a kernel: a GPU fault (an Xid beside it says so) or a kernel bug

@@ -555,3 +555,9 @@ def test_nccls_prefix_after_a_loggers_stamp_places_the_line(tmp_path):
              "Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152 : CUDA error 401"]  # fmt: skip
     v = analyze_run(write_run(tmp_path, {"slurm-93011.out": lines})).verdict
     assert v.category is Category.GPU_HARDWARE and v.culprit.nodes == ("hgx-c14",)
+
+
+def test_tritons_illegal_access_is_a_framework_crash(tmp_path):
+    lines = ["[default3]:[rank3]: RuntimeError: Triton Error [CUDA]: an illegal memory access was encountered"]
+    v = analyze_run(write_run(tmp_path, {"node0_torchrun.log": lines})).verdict
+    assert v.category is Category.FRAMEWORK_CRASH
