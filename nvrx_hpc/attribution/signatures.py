@@ -397,9 +397,10 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         True, "process crashed (segfault or illegal instruction)",
         ("Fatal Python error: Segmentation fault",),
     ),
-    Signature(  # as often a mapped file or /dev/shm that ran out (resources.py) as a crash: its cause is elsewhere
-        "bus_error", Category.UNKNOWN, _WEAK, r"(?:Bus error|SIGBUS)", ("Bus error", "SIGBUS"), True,
-        "process ended by SIGBUS (a mapped file or /dev/shm that ran out, or a crash)",
+    Signature(  # most often a /dev/shm or mapped file that ran out (resources.py), rarely a crash; weak, its cause is
+        # elsewhere when printed. Alone it is the host's: the writers' labels (a container's small /dev/shm, round 47)
+        "bus_error", Category.HOST, _WEAK, r"(?:Bus error|SIGBUS)", ("Bus error", "SIGBUS"), False,
+        "process ended by SIGBUS (most often a /dev/shm or mapped file that ran out)",
         ("traceback : Signal 7 (SIGBUS) received by PID 94",),
     ),
     Signature(

@@ -57,6 +57,12 @@ TEARDOWN: tuple[Signature, ...] = (
         ("prolog failed", "epilog failed"), False, "the site's Slurm {which} failed (Slurm drains the node)",
         ("[2026-06-18T09:22:03.913] error: [job 118] epilog failed status=1:0",),
     ),
+    Signature(  # argparse refused the command line (a launcher flag the script does not take, `--use-env`): the
+        # job's own launch line, every restart meets it again (round 46)
+        "argparse_error", _A, _ROOT, r"^(?:\S+: )?[\w.-]+\.py: error: (?P<why>unrecognized arguments: .*|the following "
+        r"arguments are required: .*|argument .*)", (".py: error: ",), False, "the script refused its arguments: {why}",
+        ("train.py: error: unrecognized arguments: --use-env",),
+    ),
     Signature(  # the interpreter was given a script that is not there (a wrong path or a missing mount), round 43
         "python_script_missing", _A, _ROOT, r"python[\d.]*: can't open file '(?P<path>[^']+)': \[Errno 2\]",
         ("can't open file",), False, "python could not open {path}",

@@ -561,3 +561,17 @@ def test_tritons_illegal_access_is_a_framework_crash(tmp_path):
     lines = ["[default3]:[rank3]: RuntimeError: Triton Error [CUDA]: an illegal memory access was encountered"]
     v = analyze_run(write_run(tmp_path, {"node0_torchrun.log": lines})).verdict
     assert v.category is Category.FRAMEWORK_CRASH
+
+
+def test_a_bare_sigbus_is_the_hosts_and_not_restartable(tmp_path):
+    lines = ["[2024-02-01 10:02:11,102] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
+             "'--local_rank=2'] exits with return code = -7",
+             "Bus error (core dumped)"]  # fmt: skip
+    v = analyze_run(write_run(tmp_path, {"train.log": lines})).verdict
+    assert v.category is Category.HOST and not v.restartable
+
+
+def test_a_script_refusing_its_arguments_is_the_applications(tmp_path):
+    lines = ["usage: train.py [-h] [--config-file FILE]", "train.py: error: unrecognized arguments: --use-env"] * 4
+    v = analyze_run(write_run(tmp_path, {"slurm-71.out": lines})).verdict
+    assert v.category is Category.APPLICATION and not v.restartable

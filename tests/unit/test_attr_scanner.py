@@ -33,11 +33,11 @@ def test_each_signature_classifies_its_examples_and_has_an_anchor_in_them(sig):
         assert any(a in line for a in sig.anchors), f"no anchor of {sig.id} in {line!r}"
 
 
-def test_catalog_covers_every_category_and_says_unknown_only_for_a_bare_sigbus():
+def test_catalog_covers_every_category_and_leaves_unknown_to_the_verdict():
     covered = {sig.category for sig in CATALOG}
-    assert covered == set(Category)
-    # SIGBUS alone is as often a mapped file or /dev/shm that ran out as a crash (round 17)
-    assert [s.id for s in CATALOG if s.category is Category.UNKNOWN] == ["bus_error"]
+    # `unknown` is what the verdict says when only teardown (or nothing) is found; no line says it. A bare SIGBUS,
+    # once the one such signature (round 17), is the host's since round 47 (a /dev/shm that ran out, most often)
+    assert covered == set(Category) - {Category.UNKNOWN}
     assert len({s.id for s in CATALOG}) == len(CATALOG)
 
 
