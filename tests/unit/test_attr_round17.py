@@ -30,7 +30,7 @@ def test_a_bare_sigbus_is_not_called_a_crash(tmp_path):
            "  host      : a100-08", "  rank      : 10 (local_rank: 2)", "  exitcode  : -7 (pid: 94)",
            "  traceback : Signal 7 (SIGBUS) received by PID 94"]  # fmt: skip
     v = analyze_run(write_run(tmp_path, {"train.out": out})).verdict
-    assert v.category is Category.UNKNOWN
+    assert v.category is Category.HOST  # round 47: most often a /dev/shm that ran out, the host's (was unknown)
     assert (v.culprit.ranks, v.culprit.nodes) == ((10,), ("a100-08",))
 
 
