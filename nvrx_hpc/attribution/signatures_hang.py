@@ -23,15 +23,19 @@ HANG: tuple[Signature, ...] = (
         "watchdog_timeout", _D, _WEAK,
         # A console that wraps long lines (milabench's) puts the WorkNCCL(...) on the next line.
         # Its own `[Rank N]` names the rank where a launcher's label (srun -l over torchrun) is all the prefix says.
+        # TORCH_NCCL_BLOCKING_WAIT's `[Rank 6] Work WorkNCCL(SeqNum=43379, ...) timed out in blocking wait` (round 49)
         r"(?:\[Rank (?P<rank>\d+)\] )?"
-        r"Watchdog caught collective operation timeout:(?: Work\w*\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
-        r"(?:, NumelIn=(?P<numel>\d+))?|\s*$)",
-        ("Watchdog caught",), True, "collective {op} (seq {seq}) timed out",
+        r"(?:Watchdog caught collective operation timeout:\s*(?:$|(?=Work))|"
+        r"Work (?=Work\w*\([^\n]*?\) timed out in blocking wait))"
+        r"(?:Work\w*\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel>\d+))?)?",
+        ("Watchdog caught", "timed out in blocking wait"), True, "collective {op} (seq {seq}) timed out",
         ("[rank4]:[E1016 03:31:38.928 ProcessGroupNCCL.cpp:607] [Rank 4] Watchdog caught collective operation "
          "timeout: WorkNCCL(SeqNum=9141, OpType=_ALLGATHER_BASE, NumelIn=19008, NumelOut=152064, "
          "Timeout(ms)=600000) ran for 600071 milliseconds before timing out.",
          "[rank14]:[E909 09:55:29.307 ProcessGroupNCCL.cpp:607] [Rank 14] Watchdog caught collective operation "
-         "timeout: "),
+         "timeout: ",
+         "[rank6]: torch.distributed.DistBackendError: [Rank 6] Work WorkNCCL(SeqNum=43379, OpType=_ALLGATHER_BASE, "
+         "NumelIn=8069120, Timeout(ms)=600000) timed out in blocking wait."),
     ),
     Signature(
         "collective_timeout", _D, _WEAK,

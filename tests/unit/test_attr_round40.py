@@ -579,3 +579,11 @@ def test_a_script_refusing_its_arguments_is_the_applications(tmp_path):
     lines = ["usage: train.py [-h] [--config-file FILE]", "train.py: error: unrecognized arguments: --use-env"] * 4
     v = _verdict(tmp_path, {"slurm-71.out": lines})
     assert v.category is Category.APPLICATION and not v.restartable
+
+
+def test_a_blocking_waits_timeout_is_a_hangs_timeout(tmp_path):
+    lines = [f"[rank{r}]: torch.distributed.DistBackendError: [Rank {r}] Work WorkNCCL(SeqNum=43379, "
+             "OpType=_ALLGATHER_BASE, NumelIn=8069120, Timeout(ms)=600000) timed out in blocking wait."
+             for r in range(1, 8)]  # fmt: skip
+    v = _verdict(tmp_path, {"train.log": lines})
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (0,)
