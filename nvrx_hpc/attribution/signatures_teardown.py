@@ -68,6 +68,21 @@ TEARDOWN: tuple[Signature, ...] = (
         ("can't open file",), False, "python could not open {path}",
         ("python: can't open file '/opt/mnist/src/dist_mnist.py': [Errno 2] No such file or directory",),
     ),
+    Signature(  # slurmd's own copy of the batch script is gone from its spool (a node's /tmp cleaned under it): the
+        # node's Slurm, not the user's program (round 49)
+        "slurm_script_missing", _S, _ROOT,
+        r"slurmstepd(?:-[\w.-]+)?: error: execve\(\): (?P<prog>\S*/slurm_script): No such file or directory",
+        ("slurm_script",), True, "slurmd lost the job's batch script ({prog})",
+        ("slurmstepd: error: execve(): /tmp/slurmd/job00089/slurm_script: No such file or directory",),
+    ),
+    Signature(  # srun could not load the site's SPANK plugins (a plugstack file it cannot read): every step fails until
+        # an admin fixes the configuration (round 49)
+        # (Slurm's loader's words, not a plugin's own `spank: <plugin>: ...` message)
+        "spank_init_failed", _S, _ROOT, r"srun: error: (?:spank: Failed to open .*|Plug-in initialization failed)",
+        ("spank: Failed to open", "Plug-in initialization failed"), False,
+        "srun could not load the site's SPANK plugins",
+        ("srun: error: spank: Failed to open /opt/slurm/etc/plugstack.conf.d/sedXq3Lm0: Permission denied",),
+    ),
     Signature(  # the program srun was told to start is not there on that node (a venv not activated)
         "srun_execve_failed", _A, _ROOT, r"slurmstepd(?:-[\w.-]+)?: error: execve\(\): (?P<prog>\S+): (?P<why>.*)",
         ("execve()",), False, "srun could not start {prog}: {why}",

@@ -587,3 +587,16 @@ def test_a_blocking_waits_timeout_is_a_hangs_timeout(tmp_path):
              for r in range(1, 8)]  # fmt: skip
     v = _verdict(tmp_path, {"train.log": lines})
     assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (0,)
+
+
+def test_slurmds_lost_batch_script_is_the_schedulers(tmp_path):
+    lines = ["slurmstepd: error: execve(): /tmp/slurmd/job00089/slurm_script: No such file or directory"]
+    v = _verdict(tmp_path, {"error_89.err": lines})
+    assert v.category is Category.SCHEDULER and v.restartable
+
+
+def test_srun_unable_to_load_the_sites_spank_plugins_is_the_schedulers(tmp_path):
+    lines = ["srun: error: spank: Failed to open /opt/slurm/etc/plugstack.conf.d/sedXq3Lm0: Permission denied",
+             "srun: error: Plug-in initialization failed"]  # fmt: skip
+    v = _verdict(tmp_path, {"slurm-12.out": lines})
+    assert v.category is Category.SCHEDULER and not v.restartable
