@@ -73,17 +73,23 @@ def _ranks_on_indexes(
     return sorted(ranks) if len(ranks) == 1 else []
 
 
+def block_rank(rank_nodes: Mapping[int, str], host: str, index: int, size: int | None = None) -> int | None:
+    """The rank at `index` of `host`'s ranks when they are one block of consecutive ranks (and `size` of them, when
+    given): a launcher that starts one process a GPU gives local rank i the device i (DeepSpeed, torchrun)."""
+    block = sorted(r for r, n in rank_nodes.items() if n.split(".")[0] == host.split(".")[0])
+    if not block or block[-1] - block[0] != len(block) - 1 or not 0 <= index < len(block):
+        return None
+    return block[index] if size is None or len(block) == size else None
+
+
 def rank_on_device(gpus: Sequence[str], rank_nodes: Mapping[int, str]) -> list[int]:
-    """The rank that ran on a node's `cuda:<index>` a CUDA error names (`node:5`), when the node's ranks are one
-    block of consecutive ranks and the index is above 0: a launcher that starts one process a GPU gives local
-    rank i the device i (DeepSpeed, torchrun); index 0 may be a process that sees only its own GPU (round 29)."""
+    """The rank that ran on a node's `cuda:<index>` a CUDA error names (`node:5`), when the index is above 0:
+    index 0 may be a process that sees only its own GPU (round 29)."""
     if len(gpus) != 1 or ":" not in gpus[0]:
         return []
     node, _, index = gpus[0].rpartition(":")
-    on_node = sorted(r for r, n in rank_nodes.items() if n.split(".")[0] == node.split(".")[0])
-    if not index.isdigit() or not 0 < int(index) < len(on_node) or on_node[-1] - on_node[0] != len(on_node) - 1:
-        return []
-    return [on_node[int(index)]]
+    rank = block_rank(rank_nodes, node, int(index)) if index.isdigit() and int(index) > 0 else None
+    return [] if rank is None else [rank]
 
 
 def idle_gpu_rank(hits: Sequence[Hit], rank_nodes: Mapping[int, str], universe: set[int]) -> list[int]:
@@ -106,9 +112,9 @@ def idle_gpu_rank(hits: Sequence[Hit], rank_nodes: Mapping[int, str], universe: 
         if len(gpus.get(source, ())) < 2 or len(idle) != 1 or not running <= gpus[source]:
             continue
         index, host = idle.pop(), hosts[source]
-        block = sorted(r for r, n in rank_nodes.items() if host is not None and n == host)
-        if len(block) == len(gpus[source]) and block[-1] - block[0] == len(block) - 1:
-            found.add(block[index])
+        rank = None if host is None else block_rank(rank_nodes, host, index, size=len(gpus[source]))
+        if rank is not None:
+            found.add(rank)
         elif host is None and universe == set(range(len(gpus[source]))):
             found.add(index)
     return sorted(found) if len(found) == 1 else []

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.lines import parse_time, ranks_of, srun_label
 from nvrx_hpc.attribution.local_ranks import file_local_maps, label_node_ranks
+from nvrx_hpc.attribution.signatures import NODE_LOST_SIGNATURES
 
 __all__ = ["exception_before_exit", "enrich", "name_victims", "name_oom_victims", "ds_mapping", "NOT_HOSTS", "is_host"]
 
@@ -29,8 +30,8 @@ NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")  # docker's default hostname in a container: not a node (round 27)
 _MAPPING_ITEM = re.compile(r"'([^']+)': \[([\d, ]*)\]")
 _CRASH_CODES = {"-11", "-7", "-4", "139", "135", "132"}  # SIGSEGV, SIGBUS, SIGILL (negative or 128+N)
-# Slurm's report of a lost node (`srun: error: Node failure on n2`) is about a node, not a box's rank (round 40).
-_NODE_LINES = frozenset({"node_failure", "slurm_node_not_responding"})
+# A report of a lost node (`srun: error: Node failure on n2`) is about a node, not a box's rank (round 40).
+_NODE_LINES = NODE_LOST_SIGNATURES | {"slurm_node_not_responding"}
 _SRUN_TORCHRUN = re.compile(r"\bsrun\b[^\n]*\b(?:torchrun|torch\.distributed\.(?:run|launch))\b")
 _CRASH_WORDS = ("Segmentation fault", "Bus error")
 _TASK_ENDS = ("srun_task_exit", "slurm_oom_kill")  # srun's `host: task N: <how it ended>` lines

@@ -462,6 +462,9 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
 ) + HANG + TEARDOWN + LOCALISING
 
 # Hits that victims print about a peer or a collective: who prints them is not who caused them.
+# A whole node went (Slurm's node failure, Ray's dead node, a lost agent or daemon): its ranks, not one of them.
+NODE_LOST_SIGNATURES = frozenset({"node_failure", "slurm.node_fail", "ray_node_dead", "determined_agent_lost",
+                                  "pdsh_remote_not_found", "mpi_daemon_lost"})
 VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "watchdog_dump_progress",
                      "heartbeat_stuck",
                      "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout",

@@ -48,6 +48,7 @@ from nvrx_hpc.attribution.node_wide import node_wide_ranks
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
 from nvrx_hpc.attribution.recurrence import recurs_across_runs
 from nvrx_hpc.attribution.resources import DiskRow, judge
+from nvrx_hpc.attribution.signatures import NODE_LOST_SIGNATURES as NODE_LOST
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 from nvrx_hpc.attribution.timeline import build_timeline
 
@@ -72,8 +73,6 @@ _SLURM_STATES = {  # job state -> (category, strength, restartable, text)
     "CANCELLED": (Category.SCHEDULER, 2, False, "the job was cancelled"),
 }
 # Causes that end a whole node (or never start on it): its ranks are the ones left when the others are placed elsewhere.
-_NODE_LOST = ("node_failure", "slurm.node_fail", "ray_node_dead", "determined_agent_lost", "pdsh_remote_not_found",
-              "mpi_daemon_lost")  # a whole node went
 _SIGNAL_CAUSE = {  # signal -> (category, strength, text)
     "SIGSEGV": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGSEGV"),
     "SIGBUS": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGBUS"),
@@ -372,9 +371,9 @@ def decide(f: Findings) -> Verdict:
         ranks = (rank_on_device(root.gpus, rank_nodes) if root.signature == "cuda_oom" else []) \
             or every_rank_of_node(at, on, f.hits, rank_nodes) or exited_on_node(on, f.hits) \
             or idle_gpu_rank(f.hits, rank_nodes, universe)
-    lost_too = root.category is Category.HOST and {n for c in causes if c.signature in _NODE_LOST for n in c.nodes}
+    lost_too = root.category is Category.HOST and {n for c in causes if c.signature in NODE_LOST for n in c.nodes}
     lost: set[str] = set()
-    if not ranks and (root.signature in _NODE_LOST or (lost_too and set(root.nodes) == lost_too)):
+    if not ranks and (root.signature in NODE_LOST or (lost_too and set(root.nodes) == lost_too)):
         # The node was lost (a host fault that Slurm also reports as a node failure): all its ranks. Slurm's
         # line may name only a survivor: then the node Slurm or srun's teardown says is gone (lost_node.py).
         lost = {n for c in co for n in c.nodes} or {n for n in (lost_host(f.hits, rank_nodes),) if n}
