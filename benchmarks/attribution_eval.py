@@ -46,6 +46,25 @@ class LabelError(Exception):
     pass
 
 
+def parse_label(label_path: Path) -> dict[str, Any]:
+    """The label in `label_path`, checked: {category, ranks (sorted), node, restartable}."""
+    try:
+        label = json.loads(label_path.read_text())
+    except ValueError as exc:
+        raise LabelError(f"{label_path}: not JSON ({exc})") from None
+    if not isinstance(label, dict) or label.get("category") not in CATEGORIES:
+        raise LabelError(f"{label_path}: 'category' must be one of {', '.join(CATEGORIES)}")
+    ranks = label.get("ranks", [])
+    if not isinstance(ranks, list) or not all(isinstance(r, int) for r in ranks):
+        raise LabelError(f"{label_path}: 'ranks' must be a list of integers")
+    if label.get("node") is not None and not isinstance(label["node"], str):
+        raise LabelError(f"{label_path}: 'node' must be a string or null")
+    if label.get("restartable") not in (True, False, None):
+        raise LabelError(f"{label_path}: 'restartable' must be true, false or null")
+    return {"category": label["category"], "ranks": sorted(ranks), "node": label.get("node"),
+            "restartable": label.get("restartable")}  # fmt: skip
+
+
 def load_cases(root: Path) -> list[tuple[str, Path, dict[str, Any]]]:
     """(name, case dir, label) of every `CASE.label.json` with its `CASE/` beside it, sorted by name."""
     cases = []
@@ -54,21 +73,7 @@ def load_cases(root: Path) -> list[tuple[str, Path, dict[str, Any]]]:
         case = root / name
         if not case.is_dir():
             raise LabelError(f"{label_path}: no case directory {case}")
-        try:
-            label = json.loads(label_path.read_text())
-        except ValueError as exc:
-            raise LabelError(f"{label_path}: not JSON ({exc})") from None
-        if not isinstance(label, dict) or label.get("category") not in CATEGORIES:
-            raise LabelError(f"{label_path}: 'category' must be one of {', '.join(CATEGORIES)}")
-        ranks = label.get("ranks", [])
-        if not isinstance(ranks, list) or not all(isinstance(r, int) for r in ranks):
-            raise LabelError(f"{label_path}: 'ranks' must be a list of integers")
-        if label.get("node") is not None and not isinstance(label["node"], str):
-            raise LabelError(f"{label_path}: 'node' must be a string or null")
-        if label.get("restartable") not in (True, False, None):
-            raise LabelError(f"{label_path}: 'restartable' must be true, false or null")
-        cases.append((name, case, {"category": label["category"], "ranks": sorted(ranks),
-                                   "node": label.get("node"), "restartable": label.get("restartable")}))  # fmt: skip
+        cases.append((name, case, parse_label(label_path)))
     return cases
 
 
