@@ -42,11 +42,17 @@ def fabric_wide(downs: Iterable[tuple[str, float | None, str, str]]) -> int:
     return len(first)
 
 
+# NCCL's socket set-up failing (refused, no route to the host): on every host alike, a port the site blocks
+_SET_UP = ("nccl_connect_refused", "nccl_connect_failure")
+_REFUSED = re.compile(r"Connection refused|No route to host")  # a port closed or filtered, not a connection lost
+
+
 def refused_everywhere(hits: Sequence[Hit]) -> list[Hit]:
     """NCCL's `Call to connect returned Connection refused` on two or more hosts is the fabric's set-up (a plugin and
     driver that do not match, a firewall), not one node: not restartable (round 45). On one host it stays that
     host's, restartable elsewhere."""
-    hosts = {h.node for h in hits if h.signature == "nccl_connect_refused" and h.node}
-    if len(hosts) < 2:
-        return list(hits)
-    return [dataclasses.replace(h, restartable=False) if h.signature == "nccl_connect_refused" else h for h in hits]
+    out = list(hits)
+    for signature in _SET_UP:
+        if len({h.node for h in hits if h.signature == signature and h.node and _REFUSED.search(h.text)}) >= 2:
+            out = [dataclasses.replace(h, restartable=False) if h.signature == signature else h for h in out]
+    return out

@@ -34,7 +34,13 @@ _CRASH_CODES = {"-11", "-7", "-4", "139", "135", "132"}  # SIGSEGV, SIGBUS, SIGI
 _NODE_LINES = NODE_LOST_SIGNATURES | {"slurm_node_not_responding"}
 _SRUN_TORCHRUN = re.compile(r"\bsrun\b[^\n]*\b(?:torchrun|torch\.distributed\.(?:run|launch))\b")
 _CRASH_WORDS = ("Segmentation fault", "Bus error")
+_NNODES = re.compile(r"--nnodes[= ](\d+)")  # a launch over several nodes: a local rank is not a global one
 _TASK_ENDS = ("srun_task_exit", "slurm_oom_kill")  # srun's `host: task N: <how it ended>` lines
+
+
+def _several_nodes(text: str) -> bool:
+    m = _NNODES.search(text)
+    return m is not None and int(m.group(1)) > 1
 
 
 def is_host(name: str | None) -> bool:
@@ -259,6 +265,8 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
         exits[(source, line + 1)] = box
     file_maps = file_local_maps(hits)
     per_node = label_node_ranks(hits) if launchers else {}
+    one_box = len({h.node for h in hits if h.node}) <= 1 and not any(
+        srun_label(h) is not None or _several_nodes(h.text) for h in hits)
     out = []
     for h in hits:
         rank, node, when = h.rank, h.node, h.time
@@ -277,6 +285,8 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
             rank = ranks[local] if local is not None and 0 <= local < len(ranks) - 1 else rank
         elif h.signature == "ds_launcher_exit" and rank is None and _int(h.fields.get("local_rank")) is not None:
             rank = file_maps.get(h.source, {}).get(_int(h.fields.get("local_rank")))  # the file's launch command
+            if rank is None and one_box and "CalledProcessError" in h.text:
+                rank = _int(h.fields.get("local_rank"))  # torch.distributed.launch on the one node: local is global
         if rank is None:
             pid = _pid(h)
             rank = pid_rank.get(pid) if pid else None

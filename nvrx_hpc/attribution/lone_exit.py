@@ -8,9 +8,11 @@ the teardown after the others timed out waiting), that one task raised the error
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from nvrx_hpc.attribution.api import Hit, Role
+from nvrx_hpc.attribution.lines import ranks_of
 
 
 def _own_code(h: Hit) -> bool:
@@ -28,6 +30,18 @@ def lone_exit_rank(hits: Sequence[Hit]) -> list[int]:
     if len(coded) == 1 and signalled and all(h.rank not in coded for h in signalled):
         return sorted(coded)
     return []
+
+
+def lone_exit_tasks(hits: Sequence[Hit]) -> list[int]:
+    """The tasks of the one `srun: error: <host>: tasks 16-23: Exited with exit code 1` line while srun's other
+    lines say Terminated: a fault on that host before or as the job ran, which the others were ended for (round 51b:
+    pyxis could not start the container on one node). Only a range of tasks: one task a node may be a launcher."""
+    exits = [h for h in hits if h.signature == "srun_task_exit"]
+    coded = [h for h in exits if _own_code(h) and h.node]
+    if len(coded) != 1 or not any(not _own_code(h) for h in exits):
+        return []
+    tasks = ranks_of(coded[0].fields.get("tasks", ""))
+    return sorted(tasks) if len(tasks) >= 2 else []
 
 
 # A heap corrupted or a segfault on two nodes at once is the code's (NCCL's set-up on GB200 or dual-port NICs, round
@@ -67,6 +81,21 @@ def every_node_alike(
     if signature in ANY_TWO_NODES:
         return len(ended) >= 2
     return len(ended) >= 2 and ended >= {h.node for h in hits if h.node} | set(job)
+
+
+_MESSAGE = re.compile(r"\b(\w+(?:Error|Exception):.*)$")  # an exception's name and message, past any prefix
+
+
+def raised_alike(texts: Iterable[str], ranks: Iterable[int], rank_nodes: Mapping[int, str], hits: Sequence[Hit],
+                 job: Iterable[str]) -> bool:  # fmt: skip
+    """One exception, with one message (its numbers aside: each rank prints its own), raised on ranks of two or
+    more nodes and of every node the logs and the job name (round 50a: torchtitan's `Mesh 'tp' is not available`
+    on the first rank of each node): the job's code or config, which no rank stands out in."""
+    messages = {re.sub(r"\d+", "#", m.group(1).strip()) if (m := _MESSAGE.search(t)) else None for t in texts}
+    on = {rank_nodes.get(r) for r in ranks}
+    if len(messages) != 1 or None in messages or None in on or len(on) < 2:
+        return False
+    return on >= {h.node for h in hits if h.node} | set(job)
 
 
 def every_rank_of_node(

@@ -97,6 +97,22 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("gpu-c03:22411:22655 [1] transport/net_ib.cc:827 NCCL WARN NET/IB : Got completion with error 12, opcode 0, "
          "len 0, vendor err 129",),
     ),
+    Signature(  # NCCL's bootstrap met a connection of another kind than it waited for: the hosts' interfaces or IB
+        # set-up do not match (works with NCCL_IB_DISABLE=1); a restart on the same set-up meets it again (round 51b)
+        "nccl_socket_wrong_type", _N, _ROOT, r"NCCL WARN[^\n]*socketFinalizeAccept: wrong type \d+ != \d+",
+        ("wrong type",), False, "NCCL's connection set-up between hosts met the wrong kind of connection",
+        ("n1:48211:48401 [0] misc/socket.cc:457 NCCL WARN socketFinalizeAccept: wrong type 3 != 4",),
+    ),
+    Signature(  # an MPI library's own InfiniBand transport gave up on a peer (HPE MPT, Open MPI's openib): weak, as
+        # the unnamed NCCL completion error is: the printer may be either end of the link (round 50b)
+        "mpi_ib_retry_exceeded", _N, _WEAK,
+        r"(?:MPT ERROR: (?P<node>[\w.-]+): Transport retry count exceeded|"
+        r"The InfiniBand retry count between two MPI processes has been\s+exceeded)",
+        ("Transport retry count exceeded", "InfiniBand retry count"), True,
+        "the MPI library's InfiniBand transport exceeded its retry count",
+        ("MPT ERROR: r3i3n7: Transport retry count exceeded on mlx5_0:1/IB",
+         "The InfiniBand retry count between two MPI processes has been exceeded."),
+    ),
     Signature(
         "nic_link_down", _N, _ROOT,
         r"(?:mlx5_core(?: (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d))?[^\n]*"

@@ -37,6 +37,15 @@ TEARDOWN: tuple[Signature, ...] = (
          "subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=5', '--cv', "
          "'0']' returned non-zero exit status 1."),
     ),
+    Signature(  # a wrapper (llamafactory-cli, a site script) reports that the launcher it ran failed: the launcher's
+        # workers' own lines say why (round 51b)
+        "launcher_subprocess_failed", _F, _CASC,
+        r"CalledProcessError: Command '\['(?:[^']*/)?(?:torchrun|deepspeed|accelerate|mpirun|srun|python[\d.]*', '-m', "
+        r"'torch\.distributed\.(?:run|launch))'[^\]]*\]' (?:returned non-zero exit status|died with) ",
+        ("CalledProcessError",), True, "a wrapper saw its launcher fail",
+        ("subprocess.CalledProcessError: Command '['torchrun', '--nnodes', '2', '--nproc_per_node', '4', 'train.py']' "
+         "returned non-zero exit status 1.",),
+    ),
     Signature(
         "srun_task_exit", _S, _CASC,
         r"srun: error: (?P<node>[\w.-]+): tasks? (?P<tasks>[\d,-]+): (?P<what>Exited with exit code (?P<code>\d+)|"

@@ -41,6 +41,8 @@ from nvrx_hpc.attribution.lone_exit import (
     every_rank_of_node,
     exited_on_node,
     lone_exit_rank,
+    lone_exit_tasks,
+    raised_alike,
     the_only_host,
 )
 from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node, taken_vm
@@ -361,9 +363,14 @@ def decide(f: Findings) -> Verdict:
                                                weak=(category, root.strength) in _ALIKE):
         ranks, nodes_from_co = [], False  # every node of the job ended alike: none stands out (a framework
         # crash that several ranks met alike is then not restartable, below; a network error is the fabric's)
+    if category is Category.APPLICATION and root.kind == "log" and raised_alike(
+            (c.evidence.text for c in co), ranks, rank_nodes, f.hits, (*f.listed_nodes, *f.job_nodes)):
+        ranks, nodes_from_co = [], False  # one error raised alike on every node: the job's code, no rank of it
     if (category is Category.APPLICATION or root.signature in ("disk_full", "shm_exhausted")) and root.kind == "log" \
             and not ranks:
         ranks = lone_exit_rank(f.hits)  # an unranked traceback (or OSError): the one task that exited on its own
+    if category is Category.HOST and root.kind == "log" and not ranks and not any(c.nodes for c in co):
+        ranks = lone_exit_tasks(f.hits)  # a node's fault that names no node: the one node srun saw fail on its own
     if (category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) or root.signature == "linux_oom_kill") \
             and root.kind == "log" and not ranks:
         on = sorted({n for c in co for n in c.nodes})  # the one rank seen to end there, or each rank raised it
@@ -399,6 +406,8 @@ def decide(f: Findings) -> Verdict:
     if together:  # links of several hosts lost at once: the switch they share, not one node (fabric.py)
         ranks, nodes, gpus = [], [], []
         found_by = f"; {together} hosts lost their links within {FABRIC_WINDOW_S:.0f} s: the fabric, not one node"
+    if category is Category.NETWORK and root.kind == "log" and not ranks and len(nodes) >= 3:
+        nodes, gpus = [], []  # three or more hosts' own errors, no peer named: the fabric between them (round 50b)
     # A host resource that ran out (memory, a disk, /dev/shm): the job's demand, one node's or a shared FS's.
     resource = judge(root.signature, root.evidence.text, root.time, ranks, nodes, hits=f.hits,
                      rank_nodes=rank_nodes, disks=f.disks, stamps=f.stamps,
