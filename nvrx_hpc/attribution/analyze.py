@@ -56,6 +56,7 @@ from nvrx_hpc.attribution.scanner import Scanner
 from nvrx_hpc.attribution.single_process import single_process_rank
 from nvrx_hpc.attribution.spawn_ranks import spawn_ranks
 from nvrx_hpc.attribution.srun_cancel import hang_before_limit, hung_cancels, other_jobs_ends, own_cancels
+from nvrx_hpc.attribution.stall import stalled_before_limit
 from nvrx_hpc.attribution.verdict import Findings, decide
 from nvrx_hpc.attribution.xid_app import accesses_the_driver_blames
 from nvrx_hpc.core.errors import AttributionError
@@ -236,6 +237,7 @@ def analyze(
     hits = quiet_terminated(aborts_after_exceptions(crash_exits(library_asserts(accesses_the_driver_blames(hits)))))
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked
     hits = shared_node_ranks(hang_before_limit(hung_cancels(own_cancels(other_jobs_ends(hits)))))
+    hits = stalled_before_limit(hits, {files.source(p): p for p in files.logs})
     hits = lone_stalled_path(first_gpu_reporter(place_lost_daemon(single_process_rank(place_on_batch_host(hits)))))
     hits = drifted_fingerprints(refused_everywhere(hits))
     if since is not None:

@@ -2,7 +2,8 @@
 set-up refused or unroutable on every host is the site's set-up, not restartable; torch.distributed.launch's
 CalledProcessError on a one-node job names its local rank; an MPI library's InfiniBand retry errors on three hosts
 are the fabric's; a node's fault that names no node is the one node srun saw fail on its own; a wrapper's report
-that torchrun failed is teardown; NCCL's `wrong type` at set-up is the network's and not restartable."""
+that torchrun failed is teardown; NCCL's `wrong type` at set-up is the network's and not restartable; a time limit
+after an hour of silence in a job that logged every few seconds is a hang."""
 
 from __future__ import annotations
 
@@ -143,3 +144,28 @@ def test_nccls_wrong_connection_type_at_set_up_is_the_networks_and_not_restartab
     ]
     v = _verdict(tmp_path, {"gpu01_run.log": lines})
     assert v.category is Category.NETWORK and v.restartable is False
+
+
+def _progress(start_min: int, count: int, every_s: int) -> list[str]:
+    lines = []
+    for i in range(count):
+        t = start_min * 60 + i * every_s
+        lines.append(f"[2026-03-21 21:{t // 60:02d}:{t % 60:02d}] iteration {i + 1:5d}/{count} | lm loss 2.31")
+    return lines
+
+
+def test_a_time_limit_after_an_hour_of_silence_is_a_hang(tmp_path):
+    end = "slurmstepd: error: *** JOB 992870 ON gn-h41 CANCELLED AT 2026-03-21T22:39:41 DUE TO TIME LIMIT ***"
+    lines = [*_progress(0, 40, 2), "validation loss at iteration 40 | lm loss value: 8.44E-02", end]
+    v = _verdict(tmp_path, {"slurm-992870.out": lines})
+    assert v.category is Category.DISTRIBUTED_HANG and v.restartable is False
+    assert v.culprit.nodes == () and "no progress for" in v.root_cause
+
+
+def test_a_time_limit_on_a_job_that_logged_each_half_hour_stays_the_schedulers(tmp_path):
+    stamps = [f"[2026-03-21 {h:02d}:{m:02d}:00] epoch {i} done, val acc 0.81" for i, (h, m) in
+              enumerate([(18, 0), (18, 30), (19, 0), (19, 30), (20, 0), (20, 30), (21, 0)])]  # fmt: skip
+    end = "slurmstepd: error: *** JOB 992871 ON gn-h41 CANCELLED AT 2026-03-21T21:40:00 DUE TO TIME LIMIT ***"
+    lines = [*stamps, end]
+    v = _verdict(tmp_path, {"slurm-992871.out": lines})
+    assert v.category is Category.SCHEDULER and v.restartable

@@ -1,0 +1,77 @@
+"""A time limit that ended a job which had stopped making progress long before (round 51a).
+
+Slurm's `CANCELLED ... DUE TO TIME LIMIT` says who ended the job, not why it had not finished. When the job's own
+dated lines came at a steady pace and then stopped, an hour of silence before the limit is a hang the limit cut
+short (a deadlock after the last evaluation, a rank stuck in a collective with no watchdog), and a restart with more
+time meets it again. The line is then a hang's: no progress for `gap` seconds, where before the longest pause was
+`longest`. A job that logged rarely (an epoch an hour), or whose silence is short, keeps the time limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+
+from nvrx_hpc.attribution.api import Category, Hit, Role
+from nvrx_hpc.attribution.lines import parse_time
+
+__all__ = ["stalled_before_limit"]
+
+STALL_MIN_S = 600.0  # a silence shorter than this before the limit is a slow step, not a hang
+_PACE_FACTOR = 3.0  # the silence must be this many times the longest pause while the job ran
+_MIN_STAMPS = 5  # dated lines needed before the silence to know the job's pace
+_STAMP_AT = 48  # a line's own stamp sits near its start, after a runner's prefix at most
+_READ_LIMIT = 64 << 20  # read at most this much of a file for its stamps
+
+
+def _stamps_before(path: Path, line: int, year: int) -> list[float]:
+    """The stamps at the start of `path`'s lines before line `line` (1-based), in file order."""
+    out: list[float] = []
+    read = 0
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for number, text in enumerate(f, start=1):
+                read += len(text)
+                if number >= line or read > _READ_LIMIT:
+                    break
+                t = parse_time(text[:_STAMP_AT], year=year)
+                if t is not None:
+                    out.append(t)
+    except OSError:
+        return []
+    return out
+
+
+def stall(path: Path, end: Hit) -> tuple[float, float] | None:
+    """(silence, longest earlier pause) in seconds when the job's lines stopped long before `end`'s time limit."""
+    if end.time is None:
+        return None
+    stamps = [t for t in _stamps_before(path, end.line, datetime.fromtimestamp(end.time).year) if t < end.time - 1]
+    if len(stamps) < _MIN_STAMPS:
+        return None
+    longest = max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0.0)
+    silence = end.time - max(stamps)
+    if silence >= STALL_MIN_S and silence >= _PACE_FACTOR * max(longest, 1.0):
+        return silence, longest
+    return None
+
+
+def stalled_before_limit(hits: Sequence[Hit], paths: Mapping[str, Path]) -> list[Hit]:
+    """`hits` with each time limit that followed a long silence of its own file turned into that hang's line."""
+    out = []
+    for h in hits:
+        found = None
+        if h.signature == "slurm_time_limit" and h.role is not Role.CONTEXT and h.source in paths:
+            found = stall(paths[h.source], h)
+        if found is not None:
+            silence, longest = found
+            h = dataclasses.replace(
+                h, signature="stall_before_time_limit", category=Category.DISTRIBUTED_HANG, node=None,
+                restartable=False, fields={**h.fields, "silence_s": f"{silence:.0f}"},
+                summary=f"the job made no progress for {silence / 60:.0f} min before its time limit ended it (its "
+                        f"lines had come at most {longest:.0f} s apart): a hang",
+            )  # fmt: skip
+        out.append(h)
+    return out
