@@ -42,17 +42,24 @@ def fabric_wide(downs: Iterable[tuple[str, float | None, str, str]]) -> int:
     return len(first)
 
 
-# NCCL's socket set-up failing (refused, no route to the host): on every host alike, a port the site blocks
-_SET_UP = ("nccl_connect_refused", "nccl_connect_failure")
-_REFUSED = re.compile(r"Connection refused|No route to host")  # a port closed or filtered, not a connection lost
+# Set-up failing on every host alike, a site's configuration rather than one node: NCCL's sockets refused or
+# unroutable (a port the site blocks, rounds 45 and 50a), NCCL connecting to an IPv6 link-local address (it chose an
+# interface that cannot route, round 53b), EFA's address vector refusing the peers (round 52a). An aborted or
+# timed-out connection is a connection lost, not a set-up: it stays restartable.
+_SET_UP = {
+    "nccl_connect_refused": None,
+    "nccl_connect_failure": re.compile(r"Connection refused|No route to host|Connect to fe80:"),
+    "ofi_address_insert": None,
+}
 
 
 def refused_everywhere(hits: Sequence[Hit]) -> list[Hit]:
-    """NCCL's `Call to connect returned Connection refused` on two or more hosts is the fabric's set-up (a plugin and
-    driver that do not match, a firewall), not one node: not restartable (round 45). On one host it stays that
-    host's, restartable elsewhere."""
+    """Set-up errors of one kind (`_SET_UP`) on two or more hosts are the fabric's set-up (a plugin and driver that do
+    not match, a firewall), not one node: not restartable (round 45). On one host they stay that host's, restartable
+    elsewhere."""
     out = list(hits)
-    for signature in _SET_UP:
-        if len({h.node for h in hits if h.signature == signature and h.node and _REFUSED.search(h.text)}) >= 2:
+    for signature, text in _SET_UP.items():
+        hosts = {h.node for h in hits if h.signature == signature and h.node and (text is None or text.search(h.text))}
+        if len(hosts) >= 2:
             out = [dataclasses.replace(h, restartable=False) if h.signature == signature else h for h in out]
     return out

@@ -33,7 +33,7 @@ SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
     "silent": "; named because they report nothing while the others time out",
     "alone": "; named because it alone waited in the collective: the job's other ranks, heard from before, never "
              "entered it",
-    "mismatch": "; named because it timed out in another operation than every other rank",
+    "mismatch": "; named because they timed out in another operation than every other rank",
     "desync": "; named because every collective-mismatch report names it",
     "elsewhere": "; named because its stack dump waits outside any collective while the others' wait in one",
     "none": "; every rank reports it, so the logs do not say who is late",
@@ -54,10 +54,11 @@ def _process_group(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _odd_operation(victims: Sequence[Hit]) -> int | None:
-    """The one rank whose timed-out work differs from that of at least three others, which agree on it, in
-    another operation (at the same call or another: a rank that took another path has counted its calls
-    differently too, round 30). One process group's watchdog lines only."""
+def _odd_operation(victims: Sequence[Hit]) -> tuple[int, ...] | None:
+    """The ranks, a quarter of the reporters at most (one at least), whose timed-out work differs from that of the
+    others, at least three, which agree on it, in another operation (at the same call or another: a rank that took
+    another path has counted its calls differently too, round 30; the two ranks of an empty validation shard,
+    round 53a). One process group's watchdog lines only."""
     ops: dict[int, tuple[str | None, str, str, str | None]] = {}
     for h in victims:
         if h.signature == "watchdog_timeout" and h.fields.get("seq") and h.fields.get("op"):
@@ -74,7 +75,9 @@ def _odd_operation(victims: Sequence[Hit]) -> int | None:
     (lone_work, lone), (work, _agreeing) = sorted(counts.items(), key=lambda item: len(item[1]))
     # another operation, or the same all-reduce of another size (a rank that left its epoch early reduces its
     # metrics while the others reduce gradients, round 31)
-    return lone[0] if len(lone) == 1 and lone_work[2:] != work[2:] else None
+    if len(lone) > max(1, len(ops) // 4) or len(_agreeing) < 3 or lone_work[2:] == work[2:]:
+        return None
+    return tuple(sorted(lone))
 
 
 def _ranked_process(h: Hit) -> bool:
@@ -167,7 +170,7 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     # rest gathered FSDP shards, round 28); the others wait on it.
     odd = _odd_operation(victims)
     if odd is not None:
-        return (odd,), "mismatch"
+        return odd, "mismatch"
     # Stack dumps of some ranks (py-spy, one file per rank): those whose main thread waits outside any collective
     # while the others' wait inside one are where the job went out of step (rank 0 in its data loader's queue
     # while rank 13 sits in all_reduce, round 30).

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.exception_roles import exception_role
 from nvrx_hpc.attribution.signatures import CATALOG, Signature
 
@@ -72,6 +72,9 @@ _INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank:? (\d{1,
 _NCCL_PREFIX = re.compile(r"^(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] )?"
                           r"(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 # `node=h3`; Megatron's result validation: `Rank 10, node gpu-h03, device 2, iteration 7: Unexpected result nan`
+_PY_WARNING = re.compile(r"\b[A-Z]\w*Warning: ")  # `...py:312: UserWarning: `, before a signature's match
+# torchrun's tee prefix behind another launcher's (SkyPilot's `(head, rank=0, pid=7712) [default3]:`, round 53b)
+_TEE = re.compile(r"^(?:\([^()]*\)\s*)?\[default\d+\]:")
 _NODE_WORD = re.compile(r"(?:\bnode[:=] ?|\bRank \d{1,7}, node )(?P<node>[A-Za-z][\w.-]*)")
 # Ray's prefix of a remote actor's line: `(RayTrainWorker pid=73310, ip=10.8.2.33) ...`, SkyPilot's `(node-1 pid=7,
 # ip=A)`; the address is its host's (aliases.py places the line there where the logs pair the address with a host name).
@@ -303,6 +306,8 @@ def classify_line(
         return None
     fields = {k: v for k, v in m.groupdict().items() if v is not None}
     role, category = sig.role, sig.category
+    if role is Role.ROOT and _PY_WARNING.search(body, 0, m.start()):
+        role = Role.CONTEXT  # a Python warning that quotes an error (FSDP's `Failed to clone() ... out of memory`)
     exc = fields.get("exc", "")
     if sig.id == "python_exception":
         role, category = exception_role(exc.rpartition(".")[2], role, category, fields.get("msg", ""))
@@ -340,7 +345,7 @@ def classify_line(
     gpu = fields.pop("gpu", None)
     stepd = _STEPD_HOST.search(text)
     node = node or (where.group("host") if where else None) or (stepd.group("host") if stepd else None)
-    nccl = _NCCL_PREFIX.match(text)
+    nccl = _NCCL_PREFIX.match(text) or _NCCL_PREFIX.match(_TEE.sub("", body, count=1))  # after a launcher's prefix
     if prefix_node and prefix_node[0].isdigit() and nccl:
         prefix_node = nccl.group("host")  # pdsh's address prefix: NCCL's own prefix names the host
     node = node or head_node or prefix_node

@@ -174,6 +174,12 @@ def judge(
     nodes as Slurm or a nodelist in the logs gives them, beside those the ranks are placed on."""
     ranks, nodes, job_nodes = tuple(ranks), tuple(nodes), tuple(job_nodes)
     alone_why = "; it ran out on the job's only node, so it is the job's demand"
+    # Run out on several nodes alike (round 53a: /dev/shm of every container, the kernel's OOM kills on two nodes):
+    # the job's demand or its containers' size, not one node; a single rank named stays named (its own kill)
+    killed_on = {h.node for h in hits if h.signature in HOST_OOM and h.node}
+    if (signature == "shm_exhausted" and len(set(nodes)) >= 2) or (
+            signature in HOST_OOM and len(killed_on) >= 2 and len(ranks) != 1):
+        return Judgement((), (), False, False, "; it ran out on several nodes alike: the job's demand, not a node")
     if signature == "shm_exhausted":
         if len(nodes) == 1 and _other_nodes(nodes, rank_nodes, job_nodes):
             return Judgement(ranks, nodes, True, True, "; the job's other nodes ran the same work without it")
@@ -223,4 +229,9 @@ def shm_bus_errors(hits: Sequence[Hit], disks: Sequence[DiskRow]) -> list[Hit]:
         return list(hits)
     return [replace(h, signature="shm_exhausted", category=Category.HOST, role=Role.ROOT, restartable=False,
                     summary="a bus error with /dev/shm full: the host's shared memory ran out")
-            if h.signature == "bus_error" else h for h in hits]  # fmt: skip
+            if h.signature == "bus_error" or _bus_exit(h) else h for h in hits]  # fmt: skip
+
+
+def _bus_exit(h: Hit) -> bool:
+    """A launcher's report of a worker SIGBUS ended (`exits with return code = -7`; round 53a, DeepSpeed in docker)."""
+    return h.signature in ("ds_launcher_exit", "elastic_child_failed") and h.fields.get("code") in ("-7", "135")

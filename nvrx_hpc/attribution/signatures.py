@@ -97,6 +97,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("gpu-c03:22411:22655 [1] transport/net_ib.cc:827 NCCL WARN NET/IB : Got completion with error 12, opcode 0, "
          "len 0, vendor err 129",),
     ),
+    Signature(  # torch built against one NCCL, another loaded at run time: a config field the old one does not know
+        # (round 53a: `blocking` from torch 2.1 on NCCL 2.16); the environment's, on every rank, until it is fixed
+        "nccl_config_mismatch", _A, _ROOT, r"NCCL WARN[^\n]*Invalid config \w+ attribute value",
+        ("Invalid config",), False, "NCCL refused the config torch gave it: torch and the loaded NCCL do not match",
+        ("n1:2714:2714 [0] init.cc:1303 NCCL WARN Invalid config blocking attribute value -2147483648",),
+    ),
     Signature(  # NCCL's bootstrap met a connection of another kind than it waited for: the hosts' interfaces or IB
         # set-up do not match (works with NCCL_IB_DISABLE=1); a restart on the same set-up meets it again (round 51b)
         "nccl_socket_wrong_type", _N, _ROOT, r"NCCL WARN[^\n]*socketFinalizeAccept: wrong type \d+ != \d+",
@@ -294,6 +300,13 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         "job hit its Slurm time limit",
         ("slurmstepd: error: *** JOB 494583 ON n1 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***",),
     ),
+    Signature(  # `#SBATCH --signal=USR1@600` warns the job before its limit; a launcher that does not catch it dies of
+        # it, and srun reports each task ended by the signal (round 52a): the scheduler ended the job, early
+        "slurm_warning_signal", _S, _ROOT, r"srun: error: (?P<node>[\w.-]+): tasks? (?P<tasks>[\d,-]+): User defined "
+        r"signal [12]\b", ("User defined signal",), True,
+        "Slurm's warning signal (--signal=USR1) ended the job's tasks before its time limit",
+        ("srun: error: gpu-c14: task 2: User defined signal 1",),
+    ),
     Signature(
         "slurm_preempted", _S, _ROOT, rf"{_SLURM_CANCEL} DUE TO (?:PREEMPTION|JOB REQUEUE)", ("PREEMPTION", "REQUEUE"),
         True, "job was preempted or requeued",
@@ -305,6 +318,7 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"(?:termination is imminent|spot[- ]termination|[Ss]pot [Ii]nstance interruption|[Ii]nstance was preempted|"
         r"[Tt]he cluster is preempted|"  # SkyPilot's managed spot controller (round 42)
         r"^i-[0-9a-f]+\s+(?P<node>[A-Za-z][\w-]*)\S*\s.*\bServer\.SpotInstanceTermination|"  # EC2's state reason
+        r"^(?P<failed>[A-Za-z][\w-]*)\S*\s+\w+\s+Server\.SpotInstanceTermination|"  # a host's row (round 53b)
         r"Server\.SpotInstanceTermination|Spot Instance terminated due to|instance-terminated-(?:no-capa|by-pr))",
         ("imminent", "termination", "interruption", "preempted", "Termination", "terminated"), True,
         "the cloud took the instance back (spot)",
@@ -321,11 +335,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"(?:(?:loss|grad[ _]norm|Loss)[^\n|]{0,24}?(?::\s+|=)(?:nan|-?inf)\b|[Ll]oss (?:is )?(?:NaN|nan|Inf|inf)\b|"
         r"found NaN in|Unexpected result nan|non-finite (?:loss|gradient|value)|[Ll]oss became (?:NaN|nan|inf|Inf)|"
         r"returned nan values|= (?:nan|-?inf) is not finite|loss scale already at minimum|"
-        r"[Mm]inimum loss scale reached|[Tt]raining has diverged|"
+        r"[Mm]inimum loss scale reached|[Tt]raining has diverged|\bNaN detected\b|"  # dinov2's check (round 53a)
+        r"reducing loss scale to (?:0\.0\b|[\d.]+e-\d\d)|"  # apex's scale gone to nothing (round 52a)
         r"\(jitter = [\d.]+\)\s+(?:nan|-?inf)\b)",  # tf_cnn_benchmarks' loss column (Horovod's, round 45)
         (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite",
          "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged", "loss nan",
-         "loss inf", "  nan", "jitter = "),  # torchtitan pads its metrics: `loss:     nan` (round 42)
+         "loss inf", "  nan", "jitter = ", "loss scale to"),  # torchtitan pads its metrics: `loss:     nan` (round 42)
         False, "loss or gradients became NaN/Inf",
         (" iteration 120/1000 | lm loss: nan | grad norm: nan |",
          "AssertionError: Rank 13: found NaN in local grad norm in backward pass. Device: 5, node: node-15-11"),
@@ -407,9 +422,10 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(
         "segfault", _F, _ROOT,
-        r"(?:Segmentation fault|segfault at [0-9a-f]+|Fatal Python error: (?!Bus error|Aborted)(?P<what>[A-Za-z ]+)|"
-        r"Illegal instruction|SIGSEGV|SIGILL)",
-        ("Segmentation fault", "segfault", "Fatal Python error", "Illegal instruction", "SIGSEGV", "SIGILL"),
+        r"(?:[Ss]egmentation fault|segfault at [0-9a-f]+|Fatal Python error: (?!Bus error|Aborted)(?P<what>[A-Za-z ]+)|"
+        r"Illegal instruction|SIGSEGV|SIGILL)",  # `Unexpected segmentation fault encountered in worker.`: DataLoader's
+        ("Segmentation fault", "segmentation fault", "segfault", "Fatal Python error", "Illegal instruction", "SIGSEGV",
+         "SIGILL"),
         True, "process crashed (segfault or illegal instruction)",
         ("Fatal Python error: Segmentation fault",),
     ),

@@ -201,9 +201,11 @@ LOCALISING: tuple[Signature, ...] = (
         "sacct: job {job} {state}", ("4714782       PREEMPTED 2023-11-28T09:12:05 2023-11-29T15:47:21 ib12gpu-001",),
     ),
     Signature(  # a pasted port listing showing a port down (a port may be unused: context, read by peers.py)
-        "ib_port_down", Category.NETWORK, _CTX, r"(?:==> \S+ \(Down\)|^\s*state:\s+1: DOWN)",
+        "ib_port_down", Category.NETWORK, _CTX,
+        r"(?:==> \S+ \(Down\)|^\s*state:\s+1: DOWN|/sys/class/infiniband/\w+/ports/\d+:? 1: DOWN\b)",
         ("(Down)", "1: DOWN"), None, "an InfiniBand port is down",
-        ("mlx5_3 port 1 ==> ens111np0 (Down)", "\tstate:\t\t 1: DOWN"),
+        ("mlx5_3 port 1 ==> ens111np0 (Down)", "\tstate:\t\t 1: DOWN",
+         "/sys/class/infiniband/mlx5_4/ports/1 1: DOWN | 2: Polling | 10 Gb/sec (4X SDR)"),  # sysfs (round 52b)
     ),
     Signature(  # torch.multiprocessing.spawn's report of one worker's failure: its local index (spawn_ranks.py)
         "mp_spawn_process", _A, _CTX, r"-- Process (?P<local_rank>\d+) terminated with the following error",
