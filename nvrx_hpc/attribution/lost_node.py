@@ -81,8 +81,10 @@ def taken_vm(
     signature: str, nodes: Sequence[str], universe: set[int], rank_nodes: Mapping[int, str]
 ) -> tuple[list[str], list[int]]:
     """The VM a cloud took back (`cloud_preempted`) and its ranks, when the rank map places ranks on it (round 35:
-    EC2's `Server.SpotInstanceTermination` for one worker of two); else no node and no rank, as for Slurm's time
-    limit or a cancel, which end the whole job."""
+    EC2's `Server.SpotInstanceTermination` for one worker of two), or the one node srun could not launch the step on
+    (round 55b); else no node and no rank, as for Slurm's time limit or a cancel, which end the whole job."""
+    if signature == "slurm_task_launch_failed" and len(set(nodes)) == 1:
+        return list(nodes), []  # srun could not start the step on that one node: the node, no rank ran there
     ranks = ranks_of_lost_node(set(nodes), universe, rank_nodes) if signature == "cloud_preempted" else []
     return (list(nodes), ranks) if ranks else ([], [])
 

@@ -197,7 +197,8 @@ def judge(
                 return Judgement(writers, (host,), True, True, why)
             return Judgement(writers, (host,), False, False, alone_why)
         if _SHM_FULL.search(text):  # node-local always: several ranks filling it is their node's size, a container's
-            return Judgement((), nodes, False, False, "; /dev/shm is the node's own: its size is the job's limit")
+            return Judgement((), nodes if len(set(nodes)) == 1 else (), False, False,
+                             "; /dev/shm is the node's own: its size is the job's limit")  # on several: alike (55b)
         if len(ranks) >= 2:
             return Judgement((), (), True, False,
                              "; several ranks found it full, so the shared file system is full, not one rank's disk")

@@ -58,6 +58,13 @@ NATIVE: tuple[Signature, ...] = (
         ("slurmstepd: error: pyxis: container start failed with error code: 1",
          "slurmstepd: error: pyxis:     nvidia-container-cli: ldcache error: process /sbin/ldconfig failed"),
     ),
+    Signature(  # srun could not start the step's tasks on a node (an expired credential, a node that could not
+        # launch): the scheduler's, before any training; the others then wait at the rendezvous (round 55b)
+        "slurm_task_launch_failed", Category.SCHEDULER, _ROOT,
+        r"srun: error: Task launch for \S+ failed on node (?P<node>[\w.-]+): (?P<why>[^\n]+)",
+        ("Task launch for",), True, "srun could not launch the step's tasks on {node}: {why}",
+        ("srun: error: Task launch for 5512.1 failed on node cn124: Job credential expired",),
+    ),
     Signature(  # Slurm's job_container/tmpfs plugin could not join the job's namespace on a node (its per-job
         # directory missing: a node that missed a reboot after a configuration change); Slurm requeues and holds the
         # job (`launch failed requeued held`). The node's fault, not the training's (round 36)

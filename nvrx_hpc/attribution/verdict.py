@@ -344,10 +344,11 @@ def decide(f: Findings) -> Verdict:
         ranks = (sorted(_ranks_under_gpu(root, causes, rank_nodes)) or ranks_on_buses(root.gpus, root.nodes, f.hits,
                  rank_nodes) or exited_on_node(root.nodes, f.hits, unplaced=True)
                  or (lone_exit_rank(f.hits) if not root.nodes else []))
-    if root.category is Category.GPU_HARDWARE and not ranks and len(set(root.nodes)) == 1:
-        # A GPU that faulted (fell off the bus, hung) silences its rank while the others time out: the
-        # silent ranks no source places on another node, one per faulted GPU (a whole node silent says
-        # nothing about which of its ranks had the GPU).
+    if (root.category is Category.GPU_HARDWARE or root.signature == "linux_oom_kill") and not ranks \
+            and len(set(root.nodes)) == 1:
+        # A GPU that faulted (fell off the bus, hung), or a process the kernel killed (round 55b), silences its rank
+        # while the others time out: the silent ranks no source places on another node, one per faulted GPU (a
+        # whole node silent says nothing about which of its ranks had the GPU).
         suspects, how = hang_suspects(f.hits, universe)
         silent = [r for r in suspects if how == "silent" and rank_nodes.get(r, root.nodes[0]) == root.nodes[0]]
         ranks = silent if len(silent) <= max(1, len({g for c in co for g in c.gpus})) else []
