@@ -87,12 +87,12 @@ _MESSAGE = re.compile(r"\b(\w+(?:Error|Exception):.*)$")  # an exception's name 
 
 
 def raised_alike(texts: Iterable[str], ranks: Iterable[int], rank_nodes: Mapping[int, str], hits: Sequence[Hit],
-                 job: Iterable[str]) -> bool:  # fmt: skip
+                 job: Iterable[str], nodes: Iterable[str] = ()) -> bool:  # fmt: skip
     """One exception, with one message (its numbers aside: each rank prints its own), raised on ranks of two or
     more nodes and of every node the logs and the job name (round 50a: torchtitan's `Mesh 'tp' is not available`
     on the first rank of each node): the job's code or config, which no rank stands out in."""
     messages = {re.sub(r"\d+", "#", m.group(1).strip()) if (m := _MESSAGE.search(t)) else None for t in texts}
-    on = {rank_nodes.get(r) for r in ranks}
+    on = {rank_nodes.get(r) for r in ranks} | set(nodes)  # the ranks' nodes, and those the lines name
     if len(messages) != 1 or None in messages or None in on or len(on) < 2:
         return False
     return on >= {h.node for h in hits if h.node} | set(job)

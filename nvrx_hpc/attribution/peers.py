@@ -45,6 +45,7 @@ _ADDRESS_LINES = (
 )
 # `ray start`'s `Local node IP: <ip>` under the start-up script's line naming the node it runs on (`[setup] worker
 # gpu-c08`, `Starting WORKER 1 at gpu-c08`: Ray's Slurm template), round 29
+_ANSI = re.compile(rb"\x1b\[[0-9;]*m")  # a terminal's colours around Ray's words (`\x1b[37mLocal node IP\x1b[39m`)
 _RAY_LOCAL_IP = re.compile(rb"Local node IP: (" + _IP + rb")")
 _STARTING_ON = re.compile(rb"(?:\bat|\bon|\bworker|\bhead|\bnode)[ :]+(" + _HOST + rb")[ \t\r]*\Z", re.IGNORECASE)
 # `ray list nodes --detail`: a node's `node_ip:`, then `hostname:` further down its block (indented lines), round 33
@@ -92,6 +93,7 @@ def _lines_with(data: bytes, needle: bytes) -> Iterable[bytes]:
 def sample_addresses(data: bytes) -> dict[str, str]:
     """address -> host from the lines of `data` that pair them (see the module docstring)."""
     out: dict[str, str] = {}
+    data = _ANSI.sub(b"", data) if b"\x1b[" in data else data
     for pattern, host_group, addr_group, needle in _ADDRESS_LINES:
         blocks = [data] if needle is None else _lines_with(data, needle)
         for block in blocks:

@@ -1,6 +1,7 @@
 """Rules from rounds 54 and 55 of blind cases: srun unable to launch the step on one node is the scheduler's and names
 that node; /dev/shm full in every pod names no pod; the rank the kernel's OOM killer silenced is the one the others
-wait on."""
+wait on; one error raised alike on every node a host prefix names names no node; Ray's coloured `Local node IP`
+still pairs an address with its host."""
 
 from __future__ import annotations
 
@@ -47,3 +48,24 @@ def test_the_rank_an_oom_kill_silenced_is_named(tmp_path):
     files = {"asr-gpu07.dmesg-T.txt": kern, "train.asr-gpu07.log": ["rank 0 world 8 host asr-gpu07", *log]}
     v = _verdict(tmp_path, files)
     assert v.category is Category.HOST and v.culprit.nodes == ("asr-gpu07",) and v.culprit.ranks == (0,)
+
+
+def test_one_error_raised_on_every_node_by_host_prefix_names_no_node(tmp_path):
+    err = ("FileNotFoundError: [Errno 2] No such file or directory: '/shared/out/cpt/tmp-checkpoint-500' -> "
+           "'/shared/out/cpt/checkpoint-500'")  # fmt: skip
+    lines = [f"gpu-n3{n}: {err}" for n in (1, 2, 3)]
+    v = _verdict(tmp_path, {"train_cpt_3node.log": lines})
+    assert v.category is Category.APPLICATION and v.culprit.nodes == () and v.culprit.ranks == ()
+
+
+def test_rays_coloured_local_node_ip_still_pairs_the_address_with_its_host(tmp_path):
+    lines = [
+        "Starting HEAD at gpu-c05",
+        "2025-11-03 21:14:07,221\tINFO scripts.py:971 -- \x1b[37mLocal node IP\x1b[39m: \x1b[1m10.31.0.5\x1b[22m",
+        "Starting WORKER 1 at gpu-c06",
+        "2025-11-03 21:14:18,903\tINFO scripts.py:1155 -- \x1b[37mLocal node IP\x1b[39m: \x1b[1m10.31.0.6\x1b[22m",
+        "(raylet, ip=10.31.0.6) [2025-11-03 21:38:52,617 E 217950 217950] (raylet) node_manager.cc:3187: 1 Workers "
+        "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons.",
+    ]
+    v = _verdict(tmp_path, {"slurm-5580912.out": lines})
+    assert v.category is Category.HOST and v.culprit.nodes == ("gpu-c06",)
