@@ -69,3 +69,22 @@ def test_rays_coloured_local_node_ip_still_pairs_the_address_with_its_host(tmp_p
     ]
     v = _verdict(tmp_path, {"slurm-5580912.out": lines})
     assert v.category is Category.HOST and v.culprit.nodes == ("gpu-c06",)
+
+
+def test_peers_dialling_dockers_bridge_address_are_the_set_ups_not_a_hang(tmp_path):
+    lines = [
+        "(RayWorkerVllm pid=207931, ip=10.0.1.75) [E socket.cpp:957] [c10d] The client socket has timed out after "
+        "1800s while trying to connect to (172.17.0.2, 44737).",
+        *(f"(ActorModelRayActor pid=48887{r}) [E ProcessGroupNCCL.cpp:523] [Rank {r}] Watchdog caught collective "
+          "operation timeout: WorkNCCL(SeqNum=3856, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800106 "
+          "milliseconds before timing out." for r in (1, 2, 3)),  # fmt: skip
+    ]
+    v = _verdict(tmp_path, {"ppo_ray_job.log": lines})
+    assert v.category is Category.NETWORK and v.restartable is False
+
+
+def test_a_site_network_in_172_17_beyond_the_bridge_is_not_taken_for_it(tmp_path):
+    lines = ["[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to "
+             "(172.17.4.21, 29500)."]  # fmt: skip
+    v = _verdict(tmp_path, {"train.log": lines})
+    assert v.signature != "bridge_address_unreachable"
