@@ -364,7 +364,7 @@ def decide(f: Findings) -> Verdict:
                                                weak=(category, root.strength) in _ALIKE):
         ranks, nodes_from_co = [], False  # every node of the job ended alike: none stands out (a framework
         # crash that several ranks met alike is then not restartable, below; a network error is the fabric's)
-    if category is Category.APPLICATION and root.kind == "log" and raised_alike(
+    if category is Category.APPLICATION and root.kind == "log" and not listed and raised_alike(
             (c.evidence.text for c in co), ranks, rank_nodes, f.hits, (*f.listed_nodes, *f.job_nodes),
             {n for c in co for n in c.nodes}):
         ranks, nodes_from_co = [], False  # one error raised alike on every node: the job's code, no rank of it
