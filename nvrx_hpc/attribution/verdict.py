@@ -28,6 +28,7 @@ from nvrx_hpc.attribution.api import (
     Verdict,
 )
 from nvrx_hpc.attribution.dcp_ranks import failed_ranks
+from nvrx_hpc.attribution.dead_peer import killed_first
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, LINK_EVENTS, fabric_wide
 from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.gpu_bus import idle_gpu_rank, rank_on_device, ranks_on_buses
@@ -395,7 +396,11 @@ def decide(f: Findings) -> Verdict:
     if root.category is Category.NETWORK and root.kind == "log" and len(ranks) > 1 and len(nodes) == 1:
         ranks = []  # several ranks of one node saw its adapter or link fail: the node's network, not a rank's
     peer_unknown = False
-    if category is Category.NETWORK and root.kind == "log" and (names_peer(root.evidence.text) or peerless(root)):
+    dead = killed_first(f.hits, rank_nodes) if category is Category.NETWORK and root.kind == "log" else None
+    if dead is not None:  # a rank killed before its peers' network errors: they are its echo (dead_peer.py)
+        category, ranks, nodes, gpus = Category.UNKNOWN, [dead.rank], [dead.node] if dead.node else [], []
+        found_by = f"; rank {dead.rank} was killed ({dead.signal}) before these errors, which are its echo"
+    elif category is Category.NETWORK and root.kind == "log" and (names_peer(root.evidence.text) or peerless(root)):
         # Several hosts report errors talking to a peer: the peer most of them name, not the reporters
         # (a root that is a host's own link going down stays that host's).
         peer = peer_suspect(f.hits, rank_nodes, f.addr_hosts)

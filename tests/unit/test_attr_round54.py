@@ -1,7 +1,8 @@
 """Rules from rounds 54 and 55 of blind cases: srun unable to launch the step on one node is the scheduler's and names
 that node; /dev/shm full in every pod names no pod; the rank the kernel's OOM killer silenced is the one the others
 wait on; one error raised alike on every node a host prefix names names no node; Ray's coloured `Local node IP`
-still pairs an address with its host."""
+still pairs an address with its host; a peer dialling Docker's bridge address is the set-up's; a rank killed before
+its peers' network errors is what they report."""
 
 from __future__ import annotations
 
@@ -88,3 +89,27 @@ def test_a_site_network_in_172_17_beyond_the_bridge_is_not_taken_for_it(tmp_path
              "(172.17.4.21, 29500)."]  # fmt: skip
     v = _verdict(tmp_path, {"train.log": lines})
     assert v.signature != "bridge_address_unreachable"
+
+
+def _killed(local: int) -> str:
+    return (f"a100-n04: [2023-05-30 15:05:57,546] [ERROR] [launch.py:321:sigkill_handler] ['/opt/conda/bin/python', "
+            f"'-u', 'finetune.py', '--local_rank={local}'] exits with return code = -7")  # fmt: skip
+
+
+_MAPPING = ("a100-n03: [2023-05-30 14:06:05,114] [INFO] [launch.py:161:main] global_rank_mapping=defaultdict(<class "
+            "'list'>, {'a100-n03': [0, 1, 2, 3, 4, 5, 6, 7], 'a100-n04': [8, 9, 10, 11, 12, 13, 14, 15]})")
+_IB_ERRORS = [f"a100-n03: NET/IB : Got completion from peer 10.8.1.4<50871> with error 12, opcode 0, len 0, vendor "
+              f"err 129 (Recv) [rank {r}]" for r in range(3)]  # fmt: skip
+
+
+def test_a_rank_killed_before_its_peers_network_errors_is_what_they_report(tmp_path):
+    lines = [_MAPPING, _killed(5), *_IB_ERRORS]
+    v = _verdict(tmp_path, {"train.log": lines})
+    assert v.category is Category.UNKNOWN and v.culprit.ranks == (13,) and v.culprit.nodes == ("a100-n04",)
+    assert v.confidence <= 0.3
+
+
+def test_network_errors_before_a_kill_stay_the_networks(tmp_path):
+    lines = [_MAPPING, *_IB_ERRORS, _killed(5)]
+    v = _verdict(tmp_path, {"train.log": lines})
+    assert v.category is Category.NETWORK

@@ -1,0 +1,55 @@
+"""A rank killed before its peers' network errors is what they report (rounds 50b and 54b).
+
+When a process dies, the ranks talking to it see their InfiniBand completions fail (`Got completion from peer ...
+with error 12`) or NCCL's `remote process exited or there was a network error`. Those lines look like the fabric's
+fault, but a launcher saw one rank end by SIGKILL or SIGBUS first, on another host: the network errors are its
+echo. The culprit is that rank; what killed it the logs do not say (no OOM line, no kernel log), so the category is
+`unknown`. The rule needs the death to come first where the logs can order it (both stamped, or one file's lines)
+and no such order to say otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from nvrx_hpc.attribution.api import Category, Hit, Role
+
+__all__ = ["KilledFirst", "killed_first"]
+
+_EXITS = ("ds_launcher_exit", "elastic_child_failed", "elastic_box_exit", "composer_rank_exit")
+_SUMMARIES = ("elastic_box_exit",)
+_KILLED = {"-9": "SIGKILL", "137": "SIGKILL", "-7": "SIGBUS", "135": "SIGBUS"}
+
+
+class KilledFirst(NamedTuple):
+    rank: int
+    node: str | None
+    signal: str
+
+
+def _before(death: Hit, h: Hit) -> bool | None:
+    """Whether `death` came before `h`; None when the logs cannot say (no stamps, different files)."""
+    if death.time is not None and h.time is not None:
+        return death.time <= h.time
+    if death.source != h.source or death.signature in _SUMMARIES:
+        return None  # torchrun's failure box is printed at the end, whenever its rank failed
+    return death.line < h.line
+
+
+def killed_first(hits: Sequence[Hit], rank_nodes: Mapping[int, str]) -> KilledFirst | None:
+    """The one rank a launcher saw killed (SIGKILL, SIGBUS) before every network error it can be ordered with, on a
+    host other than the reporters'; None otherwise."""
+    deaths = [h for h in hits if h.signature in _EXITS and h.fields.get("code") in _KILLED and h.rank is not None]
+    network = [h for h in hits if h.category is Category.NETWORK and h.role in (Role.ROOT, Role.WEAK)]
+    if not deaths or not network or len({h.rank for h in deaths}) != 1:
+        return None
+    death = min(deaths, key=lambda h: (h.time is None, h.time or 0.0, h.order))
+    order = [_before(death, h) for h in network]
+    if False in order or True not in order:
+        return None
+    node = death.node or rank_nodes.get(death.rank)  # type: ignore[arg-type]
+    reporters = {h.node or rank_nodes.get(h.rank) for h in network if h.rank is not None or h.node}  # type: ignore
+    if node is not None and node in reporters:
+        return None
+    return KilledFirst(death.rank, node, _KILLED[death.fields["code"]])  # type: ignore[arg-type]
