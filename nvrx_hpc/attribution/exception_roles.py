@@ -28,6 +28,9 @@ _TRANSPORT_MESSAGE = re.compile(r"transport retry counter exceeded|RNR retry cou
                                 r"^Connection (?:reset by peer|refused)$")  # a bare socket error (TCPStore's)
 
 
+# A generic exception that reports a child process ended by SIGSEGV (`Worker failure: Local process 1 (pid 92077)
+# exited with exit code -11`)
+_SEGFAULTED = re.compile(r"exited with (?:exit code|code|signal) (?:-11|139|11\b|SIGSEGV)")
 # An error that sends the reader to another rank: its rank follows that one (`Please check local rank 0 for ...`)
 FOLLOWER_MESSAGE = r"[Pp]lease check (?:local |global )?rank \d+ for"
 # Generic exceptions whose message says they follow a failure elsewhere (round 19): NCCL's watchdog aborted
@@ -56,4 +59,6 @@ def exception_role(name: str, role: Role, category: Category, message: str = "")
         return Role.CASCADE, category
     if name in _NCCL_EXCEPTIONS:
         return Role.WEAK, _NCCL_EXCEPTIONS[name]
+    if _SEGFAULTED.search(message):
+        return role, _F  # a worker the exception reports as segfaulted: a crash, not the code's error (round 54b)
     return role, category

@@ -113,3 +113,10 @@ def test_network_errors_before_a_kill_stay_the_networks(tmp_path):
     lines = [_MAPPING, *_IB_ERRORS, _killed(5)]
     v = _verdict(tmp_path, {"train.log": lines})
     assert v.category is Category.NETWORK
+
+
+def test_an_exception_reporting_a_segfaulted_worker_is_a_crash(tmp_path):
+    lines = ["37: RuntimeError: Worker failure: Local process 1 (pid 92077) exited with exit code -11",
+             "srun: error: gpu-r07-15: task 37: Exited with exit code 1"]  # fmt: skip
+    v = _verdict(tmp_path, {"slurm-418733.out": lines})
+    assert v.category is Category.FRAMEWORK_CRASH and v.culprit.ranks == (37,)
