@@ -34,22 +34,36 @@ def _before(death: Hit, h: Hit) -> bool | None:
         return death.time <= h.time
     if death.source != h.source or death.signature in _SUMMARIES:
         return None  # torchrun's failure box is printed at the end, whenever its rank failed
-    return death.line < h.line
+    # A launcher reports a death when it notices it: a report above the errors came first, one below says nothing
+    return True if death.line < h.line else None
 
 
-def killed_first(hits: Sequence[Hit], rank_nodes: Mapping[int, str]) -> KilledFirst | None:
-    """The one rank a launcher saw killed (SIGKILL, SIGBUS) before every network error it can be ordered with, on a
-    host other than the reporters'; None otherwise."""
+def _first_of(deaths: Sequence[Hit], h: Hit) -> bool | None:
+    """Whether one of the death's lines came before `h` (a stamp or a line's place says so), else whether any says
+    not; None when none can tell."""
+    said = [b for d in deaths if (b := _before(d, h)) is not None]
+    return True if True in said else (False if said else None)
+
+
+def killed_first(hits: Sequence[Hit], rank_nodes: Mapping[int, str], victims: Sequence[str] = ()) -> KilledFirst | None:
+    """The one rank a launcher saw killed (SIGKILL, SIGBUS) before every network error (or, with `victims`, every line
+    of those signatures: collective timeouts) it can be ordered with, on a host other than the reporters'; None
+    otherwise."""
     deaths = [h for h in hits if h.signature in _EXITS and h.fields.get("code") in _KILLED and h.rank is not None]
-    network = [h for h in hits if h.category is Category.NETWORK and h.role in (Role.ROOT, Role.WEAK)]
+    network = [h for h in hits if h.signature in victims] if victims else \
+        [h for h in hits if h.category is Category.NETWORK and h.role in (Role.ROOT, Role.WEAK)]
     if not deaths or not network or len({h.rank for h in deaths}) != 1:
         return None
-    death = min(deaths, key=lambda h: (h.time is None, h.time or 0.0, h.order))
-    order = [_before(death, h) for h in network]
+    # the launcher's own line first (torchrun's failure box, printed at the end, orders nothing by its place)
+    deaths.sort(key=lambda h: (h.signature in _SUMMARIES, h.time is None, h.time or 0.0, h.order))
+    death = deaths[0]
+    order = [_first_of(deaths, h) for h in network]
     if False in order or True not in order:
         return None
     node = death.node or rank_nodes.get(death.rank)  # type: ignore[arg-type]
     reporters = {h.node or rank_nodes.get(h.rank) for h in network if h.rank is not None or h.node}  # type: ignore
-    if node is not None and node in reporters:
-        return None
+    if victims and death.rank in {h.rank for h in network}:
+        return None  # it timed out itself: alive when the others did
+    if not victims and node is not None and node in reporters:
+        return None  # its own host reports the network errors: the link there, maybe
     return KilledFirst(death.rank, node, _KILLED[death.fields["code"]])  # type: ignore[arg-type]

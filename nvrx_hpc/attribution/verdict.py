@@ -331,6 +331,10 @@ def decide(f: Findings) -> Verdict:
         root = min(hung, key=lambda c: (c.kind != "fr", _key(c)))
         co = hung
         ranks = sorted({r for c in hung for r in c.ranks})
+    elif root.kind == "log" and root.signature in VICTIM_SIGNATURES and (
+            dead := killed_first(f.hits, rank_nodes, VICTIM_SIGNATURES)):
+        category, ranks, nodes_from_co = Category.UNKNOWN, [dead.rank], False  # they wait on a rank killed first
+        found_by = f"; rank {dead.rank} was killed ({dead.signal}) before these timeouts, which wait on it"
     elif root.kind == "log" and root.signature in VICTIM_SIGNATURES:
         # Who prints a timeout or a peer error is waiting on someone else: name who they wait on.
         suspects, how = hang_suspects(f.hits, universe)

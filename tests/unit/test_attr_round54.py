@@ -120,3 +120,27 @@ def test_an_exception_reporting_a_segfaulted_worker_is_a_crash(tmp_path):
              "srun: error: gpu-r07-15: task 37: Exited with exit code 1"]  # fmt: skip
     v = _verdict(tmp_path, {"slurm-418733.out": lines})
     assert v.category is Category.FRAMEWORK_CRASH and v.culprit.ranks == (37,)
+
+
+def _timeout(rank: int) -> str:
+    return (f"[default{rank % 4}]:[E ProcessGroupNCCL.cpp:737] [Rank {rank}] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=2310417, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800632 milliseconds "
+            "before timing out.")  # fmt: skip
+
+
+_SIGKILLED = ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 5 (pid: 2207118) "
+              "of binary: /usr/bin/python")
+
+
+def test_collective_timeouts_after_a_rank_was_killed_wait_on_that_rank(tmp_path):
+    lines = ["+ torchrun --nnodes=1 --nproc_per_node=8 pretrain.py", _SIGKILLED,
+             *(_timeout(r) for r in (0, 1, 2, 3, 4, 6, 7))]  # fmt: skip
+    v = _verdict(tmp_path, {"tr9-22B-1554478.out": lines})
+    assert v.category is Category.UNKNOWN and v.culprit.ranks == (5,)
+
+
+def test_a_kill_reported_after_the_timeouts_orders_nothing(tmp_path):
+    lines = ["+ torchrun --nnodes=1 --nproc_per_node=8 pretrain.py", *(_timeout(r) for r in (0, 1, 2, 3, 4, 6, 7)),
+             _SIGKILLED]  # fmt: skip
+    v = _verdict(tmp_path, {"tr9-22B-1554479.out": lines})
+    assert v.category is Category.DISTRIBUTED_HANG
