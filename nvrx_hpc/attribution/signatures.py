@@ -317,6 +317,20 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         "Slurm's warning signal (--signal=USR1) ended the job's tasks before its time limit",
         ("srun: error: gpu-c14: task 2: User defined signal 1",),
     ),
+    Signature(  # PBS's record of a job deleted for a higher queue's (`qstat -xf` comment, round 57a)
+        "pbs_preempted", _S, _ROOT, r"\bwas deleted: preempted by job\b", ("preempted by job",), True,
+        "PBS preempted the job for another queue's",
+        ("    comment = Job run at Mon Jun 10 at 23:58 on (x3102c0s1b0n0:ncpus=64)+... and was deleted: preempted "
+         "by job in queue demand",),
+    ),
+    Signature(  # a node Slurm drained because its prolog failed there (`sinfo -R`): the job was requeued off it
+        # (round 57a); one node's, restartable on others
+        "slurm_node_prolog_error", _S, _ROOT,
+        r"(?:^Prolog error\s+\S+\s+\S+\s+(?P<node>[A-Za-z][\w.-]*)\s*$|"
+        r"^(?P<failed>[A-Za-z][\w.-]*)\s+drain(?:ed|ing)?\s+Prolog error\s*$)",
+        ("Prolog error",), True, "Slurm drained {node} because its prolog failed there",
+        ("Prolog error         root      2023-10-24T09:13:02 nvh-027", "nvh-027 drained Prolog error"),
+    ),
     Signature(
         "slurm_preempted", _S, _ROOT, rf"{_SLURM_CANCEL} DUE TO (?:PREEMPTION|JOB REQUEUE)", ("PREEMPTION", "REQUEUE"),
         True, "job was preempted or requeued",
@@ -346,11 +360,13 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"found NaN in|Unexpected result nan|non-finite (?:loss|gradient|value)|[Ll]oss became (?:NaN|nan|inf|Inf)|"
         r"returned nan values|= (?:nan|-?inf) is not finite|loss scale already at minimum|"
         r"[Mm]inimum loss scale reached|[Tt]raining has diverged|\bNaN detected\b|"  # dinov2's check (round 53a)
+        r"\b(?:nan|NaN|inf|Inf) loss (?:encountered|detected)|"  # OLMo's `ValueError: nan loss encountered` (57b)
         r"reducing loss scale to (?:0\.0\b|[\d.]+e-\d\d)|"  # apex's scale gone to nothing (round 52a)
         r"\(jitter = [\d.]+\)\s+(?:nan|-?inf)\b)",  # tf_cnn_benchmarks' loss column (Horovod's, round 45)
         (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite",
          "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged", "loss nan",
-         "loss inf", "  nan", "jitter = ", "loss scale to"),  # torchtitan pads its metrics: `loss:     nan` (round 42)
+         "loss inf", "  nan", "jitter = ", "loss scale to", "nan loss", "NaN loss", "inf loss", "Inf loss"),
+        # torchtitan pads its metrics: `loss:     nan` (round 42), hence "  nan"
         False, "loss or gradients became NaN/Inf",
         (" iteration 120/1000 | lm loss: nan | grad norm: nan |",
          "AssertionError: Rank 13: found NaN in local grad norm in backward pass. Device: 5, node: node-15-11"),
