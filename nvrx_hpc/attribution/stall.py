@@ -1,4 +1,4 @@
-"""A time limit that ended a job which had stopped making progress long before (round 51a).
+"""A time limit (or a user's cancel) that ended a job which had stopped making progress long before (round 51a).
 
 Slurm's `CANCELLED ... DUE TO TIME LIMIT` says who ended the job, not why it had not finished. When the job's own
 dated lines came at a steady pace and then stopped, an hour of silence before the limit is a hang the limit cut
@@ -58,20 +58,27 @@ def stall(path: Path, end: Hit) -> tuple[float, float] | None:
     return None
 
 
+def _ends_job(h: Hit) -> bool:
+    """Slurm's time limit, or a plain cancel (`CANCELLED AT ...` with no reason: a user's scancel of a job that had
+    stopped moving, round 57a)."""
+    return h.signature == "slurm_time_limit" or (h.signature == "slurm_cancelled" and not h.fields.get("why"))
+
+
 def stalled_before_limit(hits: Sequence[Hit], paths: Mapping[str, Path]) -> list[Hit]:
     """`hits` with each time limit that followed a long silence of its own file turned into that hang's line."""
     out = []
     for h in hits:
         found = None
-        if h.signature == "slurm_time_limit" and h.role is not Role.CONTEXT and h.source in paths:
+        if _ends_job(h) and h.role is not Role.CONTEXT and h.source in paths:
             found = stall(paths[h.source], h)
         if found is not None:
             silence, longest = found
+            ended = "its time limit ended it" if h.signature == "slurm_time_limit" else "it was cancelled"
             h = dataclasses.replace(
                 h, signature="stall_before_time_limit", category=Category.DISTRIBUTED_HANG, node=None,
                 restartable=False, fields={**h.fields, "silence_s": f"{silence:.0f}"},
-                summary=f"the job made no progress for {silence / 60:.0f} min before its time limit ended it (its "
-                        f"lines had come at most {longest:.0f} s apart): a hang",
+                summary=f"the job made no progress for {silence / 60:.0f} min before {ended} (its lines had come at "
+                        f"most {longest:.0f} s apart): a hang",
             )  # fmt: skip
         out.append(h)
     return out

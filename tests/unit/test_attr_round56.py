@@ -36,3 +36,17 @@ def test_a_node_drained_for_a_failed_prolog_is_the_schedulers_and_named(tmp_path
     sacct = ["5512034       llm-pretrain-1p3b  general-long-gpu   REQUEUED      0:0"]
     v = _verdict(tmp_path, {"sinfo_R.txt": sinfo, "sacct.txt": sacct})
     assert v.category is Category.SCHEDULER and v.restartable and v.culprit.nodes == ("nvh-027",)
+
+
+def test_a_users_cancel_after_an_hour_of_silence_is_a_hang(tmp_path):
+    steps = [f"[2022-05-18 05:{i:02d}:10] iteration {i + 100} | lm loss 2.31 | elapsed 60.1 s" for i in range(8)]
+    end = "slurmstepd: error: *** JOB 2139870 ON r3i0n0 CANCELLED AT 2022-05-18T07:02:55 ***"
+    v = _verdict(tmp_path, {"tr11-176B-ml-2139870.out": [*steps, end]})
+    assert v.category is Category.DISTRIBUTED_HANG and v.restartable is False and "cancelled" in v.root_cause
+
+
+def test_a_cancel_that_follows_steady_progress_stays_the_users(tmp_path):
+    steps = [f"[2022-05-18 05:{i:02d}:10] iteration {i + 100} | lm loss 2.31 | elapsed 60.1 s" for i in range(8)]
+    end = "slurmstepd: error: *** JOB 2139871 ON r3i0n0 CANCELLED AT 2022-05-18T05:08:30 ***"
+    v = _verdict(tmp_path, {"tr11-176B-ml-2139871.out": [*steps, end]})
+    assert v.category is Category.SCHEDULER
