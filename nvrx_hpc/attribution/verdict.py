@@ -466,14 +466,15 @@ def decide(f: Findings) -> Verdict:
         action, exclude = Action.EXCLUDE_AND_RETRY, tuple(nodes)
     else:
         action, exclude = Action.RETRY, ()
-    rest = [c for c in causes if c not in co and c.kind == "log" and c.signature != "traceback_start"]
+    in_co = {id(c) for c in co}  # by identity: comparing causes field by field is quadratic on a long log
+    rest = [c for c in causes if id(c) not in in_co and c.kind == "log" and c.signature != "traceback_start"]
     cascade = _cascade(rest)
     text = f"{root.summary} ({_where(ranks, nodes, gpus)}) at {_fmt_time(root.time)}{found_by}"
     if cascade:
         total = sum(c.count for c in cascade)
         text += f"; {total} later line(s) on {len({r for c in cascade for r in c.ranks})} rank(s) are its cascade"
     evidence = [c.evidence for c in sorted(co, key=_key)[:6]]
-    evidence += [c.evidence for c in causes if c.kind != "log" and c not in co][:8]
+    evidence += [c.evidence for c in causes if c.kind != "log" and id(c) not in in_co][:8]
     evidence += [Evidence(c.source, c.first, line=c.line, entry=c.signature, role="cascade") for c in cascade[:8]]
     return Verdict(
         category=category,
