@@ -12,8 +12,7 @@ several nodes, or one error or teardown on every rank, names no rank; `resources
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from datetime import datetime
 
 from nvrx_hpc.attribution.aliases import short_hosts
@@ -23,18 +22,15 @@ from nvrx_hpc.attribution.api import (
     Category,
     Culprit,
     Evidence,
-    Hit,
-    Role,
     Verdict,
 )
+from nvrx_hpc.attribution.causes import Cause, Findings, cause_key, gather_causes
 from nvrx_hpc.attribution.dcp_ranks import failed_ranks
 from nvrx_hpc.attribution.dead_peer import killed_first
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, LINK_EVENTS, fabric_wide
-from nvrx_hpc.attribution.fr_analysis import FRReport
 from nvrx_hpc.attribution.gpu_bus import idle_gpu_rank, rank_on_device, ranks_on_buses
 from nvrx_hpc.attribution.hang_suspects import DIVERGED, SUSPECT_WHY, hang_suspects
-from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
-from nvrx_hpc.attribution.lines import hit_ranks, ranks_of
+from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
 from nvrx_hpc.attribution.lone_exit import (
@@ -50,14 +46,13 @@ from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node, taken_
 from nvrx_hpc.attribution.node_wide import node_wide_ranks
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
 from nvrx_hpc.attribution.recurrence import recurs_across_runs
-from nvrx_hpc.attribution.resources import DiskRow, judge
+from nvrx_hpc.attribution.resources import judge
 from nvrx_hpc.attribution.signatures import NODE_LOST_SIGNATURES as NODE_LOST
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 from nvrx_hpc.attribution.timeline import build_timeline
 
 __all__ = ["Findings", "decide", "DEFAULT_RESTARTABLE"]
 
-_STRENGTH = {Role.ROOT: 3, Role.WEAK: 2, Role.CASCADE: 1, Role.CONTEXT: 0}
 _BASE_CONFIDENCE = {3: 0.75, 2: 0.5, 1: 0.3, 0: 0.2}
 DEFAULT_RESTARTABLE = {
     Category.GPU_HARDWARE: True, Category.NETWORK: True, Category.HOST: True, Category.SCHEDULER: True,
@@ -66,202 +61,38 @@ DEFAULT_RESTARTABLE = {
 }  # fmt: skip
 # a cascade's end, a framework's weak error, a network error: on every node alike, they name no node
 _ALIKE = {(Category.UNKNOWN, 1), (Category.FRAMEWORK_CRASH, 2), (Category.FRAMEWORK_CRASH, 3), (Category.NETWORK, 3)}
-_SLURM_STATES = {  # job state -> (category, strength, restartable, text)
-    "TIMEOUT": (Category.SCHEDULER, 3, True, "Slurm ended the job at its time limit"),
-    "PREEMPTED": (Category.SCHEDULER, 3, True, "Slurm preempted the job"),
-    "DEADLINE": (Category.SCHEDULER, 3, False, "the job passed its deadline"),
-    "NODE_FAIL": (Category.HOST, 3, True, "Slurm reported a node failure"),
-    "BOOT_FAIL": (Category.HOST, 3, True, "a node failed to boot"),
-    "OUT_OF_MEMORY": (Category.HOST, 3, False, "Slurm's OOM killer ended the job"),
-    "CANCELLED": (Category.SCHEDULER, 2, False, "the job was cancelled"),
-}
-# Causes that end a whole node (or never start on it): its ranks are the ones left when the others are placed elsewhere.
-_SIGNAL_CAUSE = {  # signal -> (category, strength, text)
-    "SIGSEGV": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGSEGV"),
-    "SIGBUS": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGBUS"),
-    "SIGILL": (Category.FRAMEWORK_CRASH, 3, "crashed with SIGILL"),
-    "SIGKILL": (Category.HOST, 2, "was killed with SIGKILL (OOM killer or an outside kill)"),
-    "SIGABRT": (Category.FRAMEWORK_CRASH, 1, "aborted (SIGABRT)"),
-}
-
-
-@dataclass(frozen=True)
-class Findings:
-    """Everything the verdict is decided from. `job_state` is Slurm's final state, if known."""
-
-    hits: Sequence[Hit] = ()
-    records: Sequence[FailureRecord] = ()
-    events: Sequence[Event] = ()
-    health: Sequence[HealthProblem] = ()
-    fr: FRReport | None = None
-    job_state: str | None = None
-    job_nodes: Sequence[str] = ()
-    listed_nodes: frozenset[str] = frozenset()  # hosts of the nodelists the logs print (the job's nodes)
-    seen_ranks: frozenset[int] = frozenset()
-    rank_hosts: Mapping[int, str] = field(default_factory=dict)  # from line prefixes that are no hit
-    addr_hosts: Mapping[str, str] = field(default_factory=dict)  # network address -> host (peers.py)
-    stamps: tuple[float, ...] = ()  # dated stamps sampled from the job's logs, events and records
-    disks: tuple[DiskRow, ...] = ()  # rows of `df` listings found in the logs
-
-
-@dataclass
-class _Cause:
-    kind: str  # log, record, event, health, fr, slurm
-    signature: str
-    category: Category
-    strength: int
-    summary: str
-    evidence: Evidence
-    time: float | None = None
-    ranks: tuple[int, ...] = ()
-    nodes: tuple[str, ...] = ()
-    gpus: tuple[str, ...] = ()
-    restartable: bool | None = None
-    order: tuple[int, int] = (1 << 30, 0)
-    key: str = ""
-
-    def __post_init__(self) -> None:
-        self.key = self.key or self.signature
-
-
-def _health_category(check: str) -> Category:
-    if any(w in (name := check.lower()) for w in ("gpu", "xid", "ecc", "nvlink", "nvml", "dcgm", "remap")):
-        return Category.GPU_HARDWARE
-    if any(w in name for w in ("nic", "ib", "net", "link", "fabric")):
-        return Category.NETWORK
-    return Category.HOST
 
 
 def _rank_nodes(f: Findings) -> dict[int, str]:
     return {**f.rank_hosts, **map_rank_nodes(f.hits, (*f.records, *f.events))}
 
 
-_FINDING_OF = {"ray_memory_oom_task": "ray_memory_oom"}  # one finding's other lines (a cause's key), round 30
-
-
-def _causes(f: Findings, record_time: dict[int, float]) -> list[_Cause]:
-    out: list[_Cause] = []
-    for h in f.hits:
-        when = h.time if h.time is not None else record_time.get(h.rank) if h.rank is not None else None
-        gpu = f"{h.node}:{h.gpu}" if h.node and h.gpu else h.gpu
-        out.append(_Cause(
-            "log", h.signature, h.category, _STRENGTH[h.role], h.summary,
-            Evidence(h.source, h.text, line=h.line), when, hit_ranks(h),
-            (h.node,) if h.node else (), (gpu,) if gpu else (), h.restartable, h.order,
-            f"{_FINDING_OF.get(h.signature, h.signature)}:{h.fields.get('exc', '')}:{h.fields.get('code', '')}",
-        ))  # fmt: skip
-    for r in f.records:
-        sig = _SIGNAL_CAUSE.get(r.signal or "")
-        if sig is None and not r.exit_code:
-            continue
-        cat, strength, what = sig or (Category.APPLICATION, 2, f"exited with code {r.exit_code}")
-        text = f"rank {r.rank} on {r.node or '?'} {what}" + (f" in section {r.section}" if r.section else "")
-        out.append(_Cause(
-            "record", f"record.{r.signal or 'exit'}", cat, strength, text, Evidence(r.source, text, entry="record"),
-            r.time, (r.rank,) if r.rank is not None else (), (r.node,) if r.node else (),
-        ))  # fmt: skip
-    for e in f.events:
-        if e.kind == "launcher.culprit":
-            out.append(_launcher_culprit(e))
-            continue
-        if e.kind.endswith("rank.hung"):
-            text = f"launcher: rank {e.rank} on {e.node or '?'} hung" + (f" ({e.detail})" if e.detail else "")
-            out.append(_Cause(
-                "event", "launcher.rank.hung", Category.DISTRIBUTED_HANG, 2, text,
-                Evidence("events.jsonl", text, line=e.line), e.time,
-                (e.rank,) if e.rank is not None else (), (e.node,) if e.node else (),
-            ))  # fmt: skip
-    for p in f.health:
-        text = f"health check {p.check} failed on {p.node}" + (f": {p.detail}" if p.detail else "")
-        out.append(_Cause(
-            "health", f"health.{p.check}", _health_category(p.check), 3, text,
-            Evidence(p.source, text, entry=p.check), p.time, (), (p.node,),
-            (f"{p.node}:{p.gpu}",) if p.gpu else (),
-        ))  # fmt: skip
-    if f.fr is not None and f.fr.culprits:
-        named = [g for g in f.fr.findings
-                 if ({*g.never_joined} | {p["missing"] for p in g.p2p}) & set(f.fr.culprits)] or list(f.fr.findings)
-        head = named[0] if named else None
-        text = f"flight recorder: ranks {list(f.fr.culprits)} hung; " + "; ".join(g.text() for g in named[:3])
-        when = head.first_created_ns / 1e9 if head and head.first_created_ns else None
-        out.append(_Cause(
-            "fr", "flight_recorder", Category.DISTRIBUTED_HANG, 2, text, Evidence("fr", text, entry="fr"),
-            when, f.fr.culprits,
-        ))  # fmt: skip
-    if f.job_state in _SLURM_STATES:
-        cat, strength, ok, text = _SLURM_STATES[f.job_state]
-        out.append(_Cause(
-            "slurm", f"slurm.{f.job_state.lower()}", cat, strength, text,
-            Evidence("slurm", f"job state {f.job_state}", entry="JobState"), restartable=ok,
-            nodes=tuple(f.job_nodes) if cat is Category.HOST and len(f.job_nodes) == 1 else (),
-        ))  # fmt: skip
-    return out
-
-
-# What the launcher saw first-hand (launcher.culprit's `finding`): category, strength, restartable.
-_LAUNCHER_FINDINGS = {
-    "exited": (Category.APPLICATION, 3, True),
-    "hung": (Category.DISTRIBUTED_HANG, 3, True),
-    "agent_lost": (Category.HOST, 3, True),
-    "health": (Category.GPU_HARDWARE, 3, True),
-}
-
-
-def _launcher_culprit(e) -> _Cause:
-    """The restart loop's own culprit: it saw the exit status, the hang or the lost node directly."""
-    detail = e.raw.get("detail") if isinstance(e.raw.get("detail"), dict) else {}
-    finding = str(detail.get("finding", ""))
-    reason = str(e.raw.get("reason") or e.detail)
-    cat, strength, ok = _LAUNCHER_FINDINGS.get(finding, (Category.UNKNOWN, 1, None))
-    if finding == "exited":
-        # Who exited is certain; why is not: a crash signal says framework, a bare exit code says nothing.
-        cat = Category.FRAMEWORK_CRASH if "signal" in reason.lower() else Category.UNKNOWN
-    text = f"launcher: {reason}"
-    # When it happened, not when the launcher decided: the time of the matching finding.
-    when = e.time
-    for item in detail.get("findings") or []:
-        if isinstance(item, dict) and item.get("reason") == reason and isinstance(item.get("time"), (int, float)):
-            when = float(item["time"])
-    return _Cause(
-        "event", f"launcher.culprit.{finding or 'unknown'}", cat, strength, text,
-        Evidence("events.jsonl", text, line=e.line), when,
-        (e.rank,) if e.rank is not None else (), (e.node,) if e.node else (), restartable=ok,
-    )  # fmt: skip
-
-
-def _key(c: _Cause) -> tuple:
-    when = c.time or 0.0
-    if c.kind in ("log", "slurm") and when == int(when):
-        when += 0.999  # a log stamp to the second: anything inside that second may have come first
-    return (c.time is None, when, c.order)
-
-
-def _pick_root(causes: list[_Cause], rank_nodes: dict[int, str]) -> tuple[_Cause | None, tuple[int, ...]]:
+def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause | None, tuple[int, ...]]:
     """The root cause, and the ranks it hit when the cause itself names none (a GPU that failed under
     an application error on the same node explains that error: its ranks are the culprits)."""
     usable = [c for c in causes if c.strength >= 1]
     if not usable:
         return None, ()
     best = max(c.strength for c in usable)
-    root = min((c for c in usable if c.strength == best), key=_key)
+    root = min((c for c in usable if c.strength == best), key=cause_key)
     if root.signature in ("launcher.culprit.exited", "horovod_missing_rank") and root.ranks:
         # The launcher saw *who* exited (Horovod: who never arrived); that rank's own output says *why* (not
         # Slurm's cancel line: the launcher's own kill of the step prints it on the same rank; not a hang's).
         why = [c for c in causes if c.kind in ("log", "record") and c.strength >= (3 if root.kind == "event" else 2)
                and set(c.ranks) & set(root.ranks) and c.category not in (Category.SCHEDULER, Category.DISTRIBUTED_HANG)]
         if why:
-            root = min(why, key=_key)
+            root = min(why, key=cause_key)
     root = _specific(root, causes)
     if root.category in (Category.APPLICATION, Category.FRAMEWORK_CRASH):
         nodes = set(root.nodes) | {rank_nodes[r] for r in root.ranks if r in rank_nodes}
-        for c in sorted(causes, key=_key):
+        for c in sorted(causes, key=cause_key):
             if c.category is Category.GPU_HARDWARE and c.strength == 3 and (set(c.nodes) & nodes or
                                                                             set(c.ranks) & set(root.ranks)):
                 return c, root.ranks
     return root, ()
 
 
-def _specific(root: _Cause, causes: list[_Cause]) -> _Cause:
+def _specific(root: Cause, causes: list[Cause]) -> Cause:
     """A generic exception line carries a more specific cause printed with it (the OSError of a full disk,
     the RuntimeError of a CUDA OOM): the specific signature of the same rank and traceback wins."""
     if root.signature != "python_exception":
@@ -305,7 +136,7 @@ def decide(f: Findings) -> Verdict:
         if h.signature == "elastic_box_rank" and h.rank is not None and h.time is not None:
             record_time.setdefault(h.rank, h.time)
     rank_nodes = _rank_nodes(f)
-    causes = _causes(f, record_time)
+    causes = gather_causes(f, record_time)
     root, hit_ranks = _pick_root(causes, rank_nodes)
     timeline = build_timeline(f.events, f.records, f.health, f.hits, rank_nodes)
     if root is None:
@@ -328,7 +159,7 @@ def decide(f: Findings) -> Verdict:
     hung = [c for c in causes if c.kind in ("fr", "event") and c.category is Category.DISTRIBUTED_HANG]
     if root.category is Category.DISTRIBUTED_HANG and hung:
         # Watchdog lines come from the victims; the flight recorder and hang events name the cause.
-        root = min(hung, key=lambda c: (c.kind != "fr", _key(c)))
+        root = min(hung, key=lambda c: (c.kind != "fr", cause_key(c)))
         co = hung
         ranks = sorted({r for c in hung for r in c.ranks})
     elif root.kind == "log" and root.signature in VICTIM_SIGNATURES and (
@@ -473,7 +304,7 @@ def decide(f: Findings) -> Verdict:
     if cascade:
         total = sum(c.count for c in cascade)
         text += f"; {total} later line(s) on {len({r for c in cascade for r in c.ranks})} rank(s) are its cascade"
-    evidence = [c.evidence for c in sorted(co, key=_key)[:6]]
+    evidence = [c.evidence for c in sorted(co, key=cause_key)[:6]]
     evidence += [c.evidence for c in causes if c.kind != "log" and id(c) not in in_co][:8]
     evidence += [Evidence(c.source, c.first, line=c.line, entry=c.signature, role="cascade") for c in cascade[:8]]
     return Verdict(
@@ -491,7 +322,7 @@ def decide(f: Findings) -> Verdict:
     )
 
 
-def _ranks_under_gpu(root: _Cause, causes: list[_Cause], rank_nodes: dict[int, str]) -> set[int]:
+def _ranks_under_gpu(root: Cause, causes: list[Cause], rank_nodes: dict[int, str]) -> set[int]:
     """The ranks a GPU fault with no rank of its own hit: ranks whose own root errors (CUDA, ECC, a crash)
     ran on its node, or GPU errors on ranks whose node nobody says."""
     found: set[int] = set()
@@ -507,9 +338,9 @@ def _ranks_under_gpu(root: _Cause, causes: list[_Cause], rank_nodes: dict[int, s
     return found
 
 
-def _cascade(causes: list[_Cause]) -> list[Cascade]:
-    groups: dict[str, list[_Cause]] = defaultdict(list)
-    for c in sorted(causes, key=_key):
+def _cascade(causes: list[Cause]) -> list[Cascade]:
+    groups: dict[str, list[Cause]] = defaultdict(list)
+    for c in sorted(causes, key=cause_key):
         groups[c.signature].append(c)
     out = [
         Cascade(sig, len(cs), tuple(sorted({r for c in cs for r in c.ranks})),
