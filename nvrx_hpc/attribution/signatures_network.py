@@ -1,0 +1,148 @@
+"""The catalog's network part: InfiniBand, RoCE and EFA completions, NCCL's socket and bootstrap set-up, gloo, the
+rendezvous store and the MPI libraries' own transports. It sits after the GPU signatures and before the host's in
+`signatures.CATALOG`, which keeps the order a line is tried in."""
+
+from __future__ import annotations
+
+from nvrx_hpc.attribution.api import Category, Role
+from nvrx_hpc.attribution.signature_record import Signature
+
+__all__ = ["NETWORK"]
+
+_N, _A = Category.NETWORK, Category.APPLICATION
+_ROOT, _WEAK, _CASC = Role.ROOT, Role.WEAK, Role.CASCADE
+# NCCL up to 2.2x prints `status=12` (or `error 12,`); later ones `status=transport retry counter exceeded(12)`,
+# and the GIN transport `NET/IB/GIN:`.
+_IB_COMPLETION = (r"NET/IB(?:/\w+)? ?: Got completion from peer (?P<peer>\S+) with "
+                  r"(?:error |status=)(?:[A-Za-z][\w ]*?\()?")
+
+NETWORK: tuple[Signature, ...] = (
+    # ---- network --------------------------------------------------------------------------------
+    Signature(  # status 5 is a flushed work request: the queue pair had already failed (a peer went away)
+        "nccl_ib_flush", _N, _WEAK,
+        _IB_COMPLETION + r"(?P<status>5)\b",
+        ("NET/IB",), True, "InfiniBand work request flushed (status 5) talking to {peer}",
+        ("n3:812:930 [2] NCCL WARN NET/IB : Got completion from peer 10.0.0.7<40213> with status=5 opcode=0 "
+         "len=0 vendor err 249 (Recv)",
+         "n3:812:930 [2] NCCL WARN NET/IB: Got completion from peer 10.0.0.7<40213> with status=Work Request Flushed "
+         "Error(5) opcode=Recv(128) vendor_err=244 localGid ::ffff:10.0.0.3 remoteGidsfe80::7 hca mlx5_0"),
+    ),
+    Signature(
+        "nccl_ib_completion", _N, _ROOT,
+        _IB_COMPLETION + r"(?P<status>\d+)",
+        ("NET/IB",), True, "InfiniBand completion error (status {status}) talking to {peer}",
+        ("n3:812:930 [2] NCCL INFO NET/IB : Got completion from peer 10.0.0.7<40213> with status=12 opcode=0 "
+         "len=0 vendor err 129 (Recv)",
+         "n3:812:930 [2] NCCL WARN NET/IB: Got completion from peer 10.0.0.7<40213> with status=transport retry "
+         "counter exceeded(12) opcode=Send(0) vendor_err=129 localGid ::ffff:10.0.0.3 hca mlx5_0",
+         "n3:812:930 [2] NCCL WARN NET/IB/GIN: Got completion from peer 10.0.0.7<40213> with status=12 opcode=1"),
+    ),
+    Signature(  # NCCL before 2.4 names no peer: `Got completion with error 12` (retry exceeded); weak, like a
+        # flush: the printer may be either end of the link (round 14)
+        "nccl_ib_completion_unnamed", _N, _WEAK, r"NET/IB ?: Got completion with error (?P<status>\d+), opcode",
+        ("Got completion with error",), True, "InfiniBand completion error (status {status})",
+        ("gpu-c03:22411:22655 [1] transport/net_ib.cc:827 NCCL WARN NET/IB : Got completion with error 12, opcode 0, "
+         "len 0, vendor err 129",),
+    ),
+    Signature(  # torch built against one NCCL, another loaded at run time: a config field the old one does not know
+        # (round 53a: `blocking` from torch 2.1 on NCCL 2.16); the environment's, on every rank, until it is fixed
+        "nccl_config_mismatch", _A, _ROOT, r"NCCL WARN[^\n]*Invalid config \w+ attribute value",
+        ("Invalid config",), False, "NCCL refused the config torch gave it: torch and the loaded NCCL do not match",
+        ("n1:2714:2714 [0] init.cc:1303 NCCL WARN Invalid config blocking attribute value -2147483648",),
+    ),
+    Signature(  # NCCL's bootstrap met a connection of another kind than it waited for: the hosts' interfaces or IB
+        # set-up do not match (works with NCCL_IB_DISABLE=1); a restart on the same set-up meets it again (round 51b)
+        "nccl_socket_wrong_type", _N, _ROOT, r"NCCL WARN[^\n]*socketFinalizeAccept: wrong type \d+ != \d+",
+        ("wrong type",), False, "NCCL's connection set-up between hosts met the wrong kind of connection",
+        ("n1:48211:48401 [0] misc/socket.cc:457 NCCL WARN socketFinalizeAccept: wrong type 3 != 4",),
+    ),
+    Signature(  # an MPI library's own InfiniBand transport gave up on a peer (HPE MPT, Open MPI's openib): weak, as
+        # the unnamed NCCL completion error is: the printer may be either end of the link (round 50b)
+        "mpi_ib_retry_exceeded", _N, _WEAK,
+        r"(?:MPT ERROR: (?P<node>[\w.-]+): Transport retry count exceeded|"
+        r"The InfiniBand retry count between two MPI processes has been\s+exceeded)",
+        ("Transport retry count exceeded", "InfiniBand retry count"), True,
+        "the MPI library's InfiniBand transport exceeded its retry count",
+        ("MPT ERROR: r3i3n7: Transport retry count exceeded on mlx5_0:1/IB",
+         "The InfiniBand retry count between two MPI processes has been exceeded."),
+    ),
+    Signature(
+        "nic_link_down", _N, _ROOT,
+        r"(?:mlx5_core(?: (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d))?[^\n]*"
+        r"(?:Link down|link down|Cable error|module \d+, (?:Cable(?! plugged)|Power)|health compromised|"
+        r"firmware fatal|cmd_exec timeout)|\bib\w*: (?:lost carrier|[Ll]ink down)|NIC Link is Down|"
+        r"mlx5_ib\b[^\n]*\bport \d+ link down)",
+        ("mlx5_core", "lost carrier", "Link is Down", "mlx5_ib"), True, "network interface went down",
+        ("Mar  3 14:02:11 dgx-17 kernel: mlx5_core 0000:0c:00.0 ibp12s0: Link down",),
+    ),
+    Signature(  # the HCA itself reported a fault to NCCL: the printing host's own adapter (round 13)
+        "nccl_ib_async_event", _N, _ROOT,
+        r"NET/IB ?: (?:\S+ )?(?:Got async event ?: |async fatal event on \w+ \([^)]*\): )(?P<event>port error|"
+        r"local catastrophic error|[\w ]*?(?:fatal|catastrophic error|access error|violation[\w ]*))",
+        ("async event", "async fatal event"), True, "the InfiniBand adapter reported: {event}",
+        ("node48:34050:34121 [0] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error",
+         "gn057:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error"),
+    ),
+    Signature(
+        "nccl_connect_failure", _N, _ROOT,
+        r"NCCL WARN[^\n]*(?:socketStartConnect|Connect to \S+ failed|Call to connect)",
+        ("NCCL WARN",), True, "NCCL could not connect to a peer",
+        ("n2:311:319 [4] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.2.0.1<43121> failed : "
+         "Connection refused",),
+    ),
+    Signature(  # the printer waited for a peer that stopped answering: a victim's line (EFA/OFI, libfabric)
+        "net_peer_timeout", _N, _WEAK,
+        r"(?:NET/OFI[^\n]*completed with error[^\n]*(?:RC: 11[02]\b|Connection timed out|Host is down)|"
+        r"Call to recv from \S+ failed ?: Connection timed out|retries exhausted waiting for peer|"
+        r"UCX\s+ERROR (?:Error )?Endpoint timeout was not handled for ep \S+ - \S+)",  # UCX names the peer (round 38)
+        ("RC: 110", "RC: 112", "Host is down", "Connection timed out", "retries exhausted", "Endpoint timeout"), True,
+        "a network peer stopped answering",
+        ("p5-1:7331:7339 [0] nccl_net_ofi_rdma.cpp:1318 NCCL WARN NET/OFI Request 0x7f1e completed with error. "
+         "RC: 110. Error: Connection timed out. Completed length: 0",
+         "w-2:83:2526 [3] misc/socket.cc:503 NCCL WARN Net : Call to recv from 10.1.8.7<41468> failed : Connection "
+         "timed out"),
+    ),
+    Signature(
+        "nccl_net_failure", _N, _ROOT,
+        r"(?:NET/(?:Socket|IB|OFI)|Net )[^\n]{0,80}?(?:Connection reset by peer|Broken pipe|completed with error|"
+        r"Connection refused|No route to host)",
+        ("Connection reset by peer", "Broken pipe", "completed with error", "Connection refused", "No route to host"),
+        True, "network failure in NCCL transport",
+        ("n2:77:90 [0] NCCL WARN Net : Call to recv from 10.0.0.5<5521> failed : Connection reset by peer",),
+    ),
+    Signature(  # the OFI plugin cannot reach a peer's EFA address at all (a security group, a subnet), round 34
+        "ofi_address_insert", _N, _ROOT, r"NET/OFI Unable to insert remote address", ("NET/OFI",), True,
+        "NCCL's OFI plugin could not add a peer's address (the fabric between the nodes)",
+        ("ip-10-0-88-14:30112:30261 [0] nccl_net_ofi_rdma.cpp:6112 NCCL WARN NET/OFI Unable to insert remote address",),
+    ),
+    Signature(
+        "nccl_remote_error", _N, _WEAK,
+        r"(?:remote process exited or there was a network error|ncclRemoteError)",
+        ("remote process exited", "ncclRemoteError"), True, "NCCL peer exited or network error",
+        ("ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",),
+    ),
+    Signature(
+        "gloo_peer_closed", _N, _CASC,
+        r"gloo[^\n]*(?:Connection closed by peer|Connection reset by peer|Read error|Broken pipe)",
+        ("gloo",), True, "gloo peer connection lost",
+        ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+         "[127.0.0.1]:5120",),
+    ),
+    Signature(  # a peer dialling Docker's default bridge (docker0 hands out 172.17.0.x): an address the head
+        # advertised that no other host can reach, every time until the set-up is fixed (round 55a). Only the
+        # bridge's first /24: a site whose own network is 172.17.0.0/16 elsewhere is not taken for it
+        "bridge_address_unreachable", _N, _ROOT,
+        r"(?:trying to connect to \(|[Cc]onnect(?:ion)? to )172\.17\.0\.\d{1,3}\b",
+        ("172.17.0.",), False, "a peer dialled a container's bridge address (172.17.0.x), which other hosts cannot",
+        ("[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to "
+         "(172.17.0.2, 44737).",),
+    ),
+    Signature(
+        "store_failure", _N, _WEAK,
+        r"(?:RendezvousTimeoutError|RendezvousClosedError|DistStoreError|TCPStore[^\n]*(?:Connection reset|"
+        r"Broken pipe|timed out|Timed out)|client socket has timed out after \d+s while trying to connect)",
+        ("Rendezvous", "DistStoreError", "TCPStore", "client socket has timed out"), True,
+        "rendezvous / TCPStore failure",
+        ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 3/4 clients joined.",),
+    ),
+)
