@@ -27,7 +27,7 @@ from nvrx_hpc.attribution.crash_exit import aborts_after_exceptions, crash_exits
 from nvrx_hpc.attribution.dump_pids import other_pid_dumps
 from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminated
 from nvrx_hpc.attribution.fabric import refused_everywhere
-from nvrx_hpc.attribution.file_hosts import place_by_file_host
+from nvrx_hpc.attribution.file_hosts import place_by_file_host, rank_file_host
 from nvrx_hpc.attribution.file_rank import file_proc_ranks
 from nvrx_hpc.attribution.fingerprints import drifted_fingerprints
 from nvrx_hpc.attribution.first_reporter import first_gpu_reporter
@@ -149,8 +149,9 @@ def _scan_logs(
                 continue
             year = datetime.fromtimestamp(stat.st_mtime).year
             rank = rank_of(path)
-            ctx = LineContext(source, rank=rank, node=node_of_file(path, files.root) or host_dirs.get(path.parent),
-                              year=year, file_index=index)
+            named_host = rank_file_host(path.name) if rank is not None else None
+            ctx = LineContext(source, rank=rank, year=year, file_index=index,
+                              node=node_of_file(path, files.root) or host_dirs.get(path.parent) or named_host)
             found = scanner.scan_file(path, ctx)
             prompts, env_ranks = read_prompts(path)
             found = place_by_prompts(found, prompts, file_host=ctx.node)
@@ -169,6 +170,8 @@ def _scan_logs(
                 aliases.setdefault(alias, node)
             if rank is not None:
                 seen_ranks.add(rank)
+            if named_host is not None:
+                rank_hosts.setdefault(rank, named_host)
         except OSError as exc:
             problems.append(FileProblem(source, f"cannot read: {exc.strerror or exc}"))
             continue

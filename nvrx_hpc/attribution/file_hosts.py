@@ -4,15 +4,43 @@ A script that starts one launcher per node often sends each node's output to its
 the host (`logs/cn110.log`). A kernel log's name already places it (`localise.node_of_file`); any other
 file is placed only when its name, up to the first dot, is a host the logs themselves name as one of the
 job's nodes (an `srun: error: cn110: ...` line, a nodelist), so `train.log` or `rank3.log` place nothing.
+
+A file named after one rank and its host (`pyspy/gn13_rank6.txt`, `stack-rank6-gpu-a07.log`, round 60) pairs
+the two: someone who dumps each rank's stack names the file after where it ran (`rank_file_host`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import PurePath
 
 from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.launchers import is_host
+
+_RANK_WORD = re.compile(r"(?:^|[_.-])rank[-_]?\d+(?=[_.-]|$)")
+# the words such a name holds besides its rank and host: the tool, the stream, the process or GPU
+_FILE_WORDS = re.compile(r"^(?:py-?spy|dumps?|stacks?|traces?|gdb|bt|backtrace|faulthandler|logs?|std(?:out|err)|out|"
+                         r"err|txt|train(?:ing)?|worker|proc(?:ess)?|hang|hung|pid-?\d+|gpu-?\d+|local-?\d+|"
+                         r"attempt-?\d+|step-?\d+|job-?\d+|\d+)$", re.IGNORECASE)
+_HOST_WORD = re.compile(r"^[A-Za-z][\w-]*\d[\w-]*$")  # a node's name holds a digit (`gn13`, `gpu-a07`)
+_NOT_NODE = re.compile(r"^(?:node|machine|group|local)[-_]?\d+$", re.IGNORECASE)  # a node rank, not a host
+
+
+def rank_file_host(name: str) -> str | None:
+    """The host a file named after a rank and its host names (`gn13_rank6.txt` -> `gn13`); None when the name
+    holds no rank, no host-like word, or more than one."""
+    stem = name.split(".")[0]
+    m = _RANK_WORD.search(stem)
+    if m is None:
+        return None
+    rest = stem[: m.start()] + "_" + stem[m.end():]
+    words = [w.strip("-") for w in rest.split("_")]
+    words = [w for w in words if w and not _FILE_WORDS.match(w)]
+    if len(words) != 1 or not _HOST_WORD.match(words[0]) or _NOT_NODE.match(words[0]) or not is_host(words[0]):
+        return None
+    return words[0]
 
 
 def place_by_file_host(hits: Sequence[Hit], listed: Iterable[str] = ()) -> list[Hit]:
