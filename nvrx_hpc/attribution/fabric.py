@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from nvrx_hpc.attribution.api import Hit
 
-__all__ = ["FABRIC_WINDOW_S", "LINK_EVENTS", "fabric_wide", "refused_everywhere"]
+__all__ = ["FABRIC_WINDOW_S", "LINK_EVENTS", "SET_UP_SIGNATURES", "fabric_wide", "refused_everywhere"]
 
 FABRIC_WINDOW_S = 30.0  # hosts whose links went down this close together lost them to one event
 # A link that lost its carrier; a NIC's own fault (cable error, firmware, health) stays that host's.
@@ -50,7 +50,9 @@ _SET_UP = {
     "nccl_connect_refused": None,
     "nccl_connect_failure": re.compile(r"Connection refused|No route to host|Connect to fe80:"),
     "ofi_address_insert": None,
+    "ofi_endpoint_failed": None,
 }
+SET_UP_SIGNATURES = frozenset(_SET_UP)
 
 
 def refused_everywhere(hits: Sequence[Hit]) -> list[Hit]:

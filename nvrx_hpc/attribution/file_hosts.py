@@ -25,7 +25,7 @@ _FILE_WORDS = re.compile(r"^(?:py-?spy|dumps?|stacks?|traces?|gdb|bt|backtrace|f
                          r"err|txt|train(?:ing)?|worker|proc(?:ess)?|hang|hung|pid-?\d+|gpu-?\d+|local-?\d+|"
                          r"attempt-?\d+|step-?\d+|job-?\d+|\d+)$", re.IGNORECASE)
 _HOST_WORD = re.compile(r"^[A-Za-z][\w-]*\d[\w-]*$")  # a node's name holds a digit (`gn13`, `gpu-a07`)
-_NOT_NODE = re.compile(r"^(?:node|machine|group|local)[-_]?\d+$", re.IGNORECASE)  # a node rank, not a host
+_NOT_NODE = re.compile(r"^(?:node|machine|group|local|rank)[-_]?\d+$", re.IGNORECASE)  # a node rank, not a host
 
 
 def rank_file_host(name: str) -> str | None:

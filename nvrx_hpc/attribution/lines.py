@@ -28,7 +28,10 @@ _STAMP = r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\
 LEAD_STAMP = _STAMP + r":?\s+(?=\s*\d{1,7}: |\[rank\d|\[default\d|\[\d+,\d+\]<)"  # before a runner prefix
 # A collector may stamp a line that already carries its own stamp (`2025-11-09 15:39:31.043 +08:00 [2025-11-09
 # 07:39:30] h100-28:238:1313 [0] NCCL WARN ...`): both are stripped.
-_LEAD = re.compile("^(?:" + _STAMP + r":? ){1,2}(?![A-Za-z0-9][\w.-]* [\w./@-]+(?:\[\d+\])?: )")
+# A console's table row (CloudWatch's export: `|\t2025-05-16T16:39:54.017-07:00\t|\t<message>`, round 60b) is one too.
+_LEAD = re.compile("^(?:" + _STAMP + r":? |\|\s*" + _STAMP + r"\s*\|\s?){1,2}"
+                   # a journal's host holds a digit, '-' or '.' (not `Initializing distributed: `, `run sh: `)
+                   r"(?![A-Za-z0-9]*[\d.-][\w.-]* [\w./@-]+(?:\[\d+\])?: )")
 _SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): |^\[(\d{1,7})\]:(?=\[)")  # `12: `; `[1]:[default8]:` (a node index)
 # TorchX (and NeMo-Run through it) puts `role/replica ` before each line: `i.pretrain/0 [default2]:`.
 _TORCHX_ROLE = re.compile(r"^[A-Za-z][\w.-]*/\d{1,5} (?=\s|\[)")

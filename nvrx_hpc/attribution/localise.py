@@ -123,6 +123,10 @@ def _strip_words(name: str) -> str:
             words.append(kept)
     if not seen or not words:
         return ""
+    # `hoth_dmesg_T.txt`: the flag may stand in a word of its own
+    words = [w for w in words if not _FLAG.match(".".join(w))]
+    if not words:
+        return ""
     # `nvidia-smi_dmesg_gpu-n061.txt`: several words besides the kernel one; a host name has a digit
     numbered = [w for w in words if any(c.isdigit() for c in "".join(w))]
     return ".".join((numbered or words)[-1]) if len(words) > 1 else ".".join(words[0])

@@ -31,6 +31,7 @@ from nvrx_hpc.attribution.api import Category, Hit, Role
 
 __all__ = [
     "DiskRow", "Judgement", "sample_disks", "file_host", "judge", "is_local_path", "shm_bus_errors", "HOST_OOM",
+    "killed_workers_ranks",
     "RAN_LONG_S",
 ]  # fmt: skip
 
@@ -46,6 +47,7 @@ _HOST_WORD = re.compile(rb"(?<![\w./@=-])(" + _HOST + rb")(?![\w/])")
 _LOCAL_PATH = re.compile(r"^/(?:tmp|var/tmp|dev/shm|raid\d*|l?scratch[_-]?local|local[\w-]*|nvme[\w-]*|ssd[\w-]*|"
                          r"mnt/(?:local|nvme|ssd)[\w-]*)(?:/|$)")  # fmt: skip
 _LOCAL_SUBDIR = re.compile(r"^/[\w-]+/(?:local|nvme|ssd)[\w-]*/")  # one level down: `/data/local_nvme/` (round 40)
+_SHM_RAN_OUT = ("shm_exhausted", "nccl_shm_segment")  # a bus error on a full /dev/shm; NCCL's segment it could not make
 _SHM_FULL = re.compile(r"/dev/shm/[^\n]*No space left on device|No space left on device[^\n]*/dev/shm/")
 _ENOSPC_PATH = re.compile(r"No space left on device[^'\"/\n]*?['\"]?(/[^'\"\s]+)")
 
@@ -177,9 +179,12 @@ def judge(
     # Run out on several nodes alike (round 53a: /dev/shm of every container, the kernel's OOM kills on two nodes):
     # the job's demand or its containers' size, not one node; a single rank named stays named (its own kill)
     killed_on = {h.node for h in hits if h.signature in HOST_OOM and h.node}
-    if (signature == "shm_exhausted" and len(set(nodes)) >= 2) or (
+    if (signature in _SHM_RAN_OUT and len(set(nodes)) >= 2) or (
             signature in HOST_OOM and len(killed_on) >= 2 and len(ranks) != 1):
         return Judgement((), (), False, False, "; it ran out on several nodes alike: the job's demand, not a node")
+    if signature == "nccl_shm_segment" and len(nodes) == 1 and len(ranks) >= 2:  # several of one node's ranks:
+        return Judgement((), nodes, True, True, "; the node's /dev/shm ran out") if _other_nodes(  # the node's
+            nodes, rank_nodes, job_nodes) else None
     if signature == "shm_exhausted":
         if len(nodes) == 1 and _other_nodes(nodes, rank_nodes, job_nodes):
             return Judgement(ranks, nodes, True, True, "; the job's other nodes ran the same work without it")
@@ -236,3 +241,11 @@ def shm_bus_errors(hits: Sequence[Hit], disks: Sequence[DiskRow]) -> list[Hit]:
 def _bus_exit(h: Hit) -> bool:
     """A launcher's report of a worker SIGBUS ended (`exits with return code = -7`; round 53a, DeepSpeed in docker)."""
     return h.signature in ("ds_launcher_exit", "elastic_child_failed") and h.fields.get("code") in ("-7", "135")
+
+
+def killed_workers_ranks(hits: Sequence[Hit]) -> list[int]:
+    """The ranks whose DataLoader worker the kernel's OOM killer killed: the killed pid is the one a rank reports
+    (`DataLoader worker (pid 48215) is killed by signal: Killed.`), round 63a."""
+    killed = {h.fields["pid"] for h in hits if h.signature == "linux_oom_kill" and h.fields.get("pid")}
+    return sorted({h.rank for h in hits if h.rank is not None and h.fields.get("pid") in killed
+                   and h.signature != "linux_oom_kill" and "DataLoader worker" in h.text})

@@ -212,7 +212,9 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"(?:termination is imminent|spot[- ]termination|[Ss]pot [Ii]nstance interruption|[Ii]nstance was preempted|"
         r"[Tt]he cluster is preempted|"  # SkyPilot's managed spot controller (round 42)
         r"^i-[0-9a-f]+\s+(?P<node>[A-Za-z][\w-]*)\S*\s.*\bServer\.SpotInstanceTermination|"  # EC2's state reason
-        r"^(?P<failed>[A-Za-z][\w-]*)\S*\s+\w+\s+Server\.SpotInstanceTermination|"  # a host's row (round 53b)
+        # a host's row (round 53b), or GCE's operations list naming the instance it preempted (round 61b)
+        r"^(?:systemevent-\S+\s+)?(?P<failed>[A-Za-z][\w-]*)\S*\s+(?:\w+\s+Server\.SpotInstanceTermination|"
+        r"compute\.instances\.preempted\b)|"
         r"Server\.SpotInstanceTermination|Spot Instance terminated due to|instance-terminated-(?:no-capa|by-pr))",
         ("imminent", "termination", "interruption", "preempted", "Termination", "terminated"), True,
         "the cloud took the instance back (spot)",
@@ -232,10 +234,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"[Mm]inimum loss scale reached|[Tt]raining has diverged|\bNaN detected\b|"  # dinov2's check (round 53a)
         r"\b(?:nan|NaN|inf|Inf) loss (?:encountered|detected)|"  # OLMo's `ValueError: nan loss encountered` (57b)
         r"reducing loss scale to (?:0\.0\b|[\d.]+e-\d\d)|"  # apex's scale gone to nothing (round 52a)
-        r"\(jitter = [\d.]+\)\s+(?:nan|-?inf)\b)",  # tf_cnn_benchmarks' loss column (Horovod's, round 45)
+        r"\(jitter = [\d.]+\)\s+(?:nan|-?inf)\b|"  # tf_cnn_benchmarks' loss column (Horovod's, round 45)
+        r"probability tensor contains either `?inf`?, `?nan`? or element < 0)",  # sampling from NaN logits (61b)
         (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite",
          "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged", "loss nan",
-         "loss inf", "  nan", "jitter = ", "loss scale to", "nan loss", "NaN loss", "inf loss", "Inf loss"),
+         "loss inf", "  nan", "jitter = ", "loss scale to", "nan loss", "NaN loss", "inf loss", "Inf loss",
+         "probability tensor"),
         # torchtitan pads its metrics: `loss:     nan` (round 42), hence "  nan"
         False, "loss or gradients became NaN/Inf",
         (" iteration 120/1000 | lm loss: nan | grad norm: nan |",
@@ -292,7 +296,8 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(  # NCCL's SHM transport on a node whose /dev/shm is full: that node's limit, not the fabric's
         "nccl_shm_segment", _H, _ROOT,
-        r"NCCL WARN Error(?::)? (?:while creating shared memory segment|failed to extend /dev/shm)",
+        # also as torch's exception quotes it after `Last error:` (round 60a)
+        r"(?:NCCL WARN |^)Error(?::)? (?:while creating shared memory segment|failed to extend /dev/shm)",
         ("shared memory segment", "failed to extend /dev/shm"), True,
         "NCCL could not create its shared-memory segment (the node's /dev/shm is full)",
         ("node7:1842:1912 [2] misc/shmutils.cc:72 NCCL WARN Error: failed to extend /dev/shm/nccl-Ab12Cd to 9637892 "

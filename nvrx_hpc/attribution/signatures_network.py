@@ -83,6 +83,17 @@ NETWORK: tuple[Signature, ...] = (
         ("node48:34050:34121 [0] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error",
          "gn057:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error"),
     ),
+    Signature(  # a peer dialling Docker's default bridge (docker0 hands out 172.17.0.x): an address the head
+        # advertised that no other host can reach, every time until the set-up is fixed (round 55a). Only the
+        # bridge's first /24: a site whose own network is 172.17.0.0/16 elsewhere is not taken for it. libvirt's
+        # default bridge (virbr0, 192.168.122.x) is the same mistake (round 61a)
+        "bridge_address_unreachable", _N, _ROOT,
+        r"(?:trying to connect to \(|[Cc]onnect(?:ion)? to )(?:172\.17\.0|192\.168\.122)\.\d{1,3}\b",
+        ("172.17.0.", "192.168.122."), False,
+        "a peer dialled a bridge address (docker0's 172.17.0.x, virbr0's 192.168.122.x), which other hosts cannot",
+        ("[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to "
+         "(172.17.0.2, 44737).",),
+    ),
     Signature(
         "nccl_connect_failure", _N, _ROOT,
         r"NCCL WARN[^\n]*(?:socketStartConnect|Connect to \S+ failed|Call to connect)",
@@ -115,6 +126,14 @@ NETWORK: tuple[Signature, ...] = (
         "NCCL's OFI plugin could not add a peer's address (the fabric between the nodes)",
         ("ip-10-0-88-14:30112:30261 [0] nccl_net_ofi_rdma.cpp:6112 NCCL WARN NET/OFI Unable to insert remote address",),
     ),
+    Signature(  # the OFI plugin cannot open its endpoint on the EFA device (libfabric and plugin disagree), round 60b
+        "ofi_endpoint_failed", _N, _ROOT,
+        r"NET/OFI (?:Creating new endpoint for domain \S+|Couldn't open a fabric provider|Unable to create endpoint)"
+        r"[^\n]*?failed", ("NET/OFI",), True,
+        "NCCL's OFI plugin could not open its network endpoint (the EFA set-up)",
+        ("ip-10-3-18-7:79:176 [0] nccl_net_ofi_rdma_domain_get_ep:969 NCCL WARN NET/OFI Creating new endpoint for "
+         "domain 0x7f02d5e6ece5 failed: Invalid argument",),
+    ),
     Signature(
         "nccl_remote_error", _N, _WEAK,
         r"(?:remote process exited or there was a network error|ncclRemoteError)",
@@ -127,15 +146,6 @@ NETWORK: tuple[Signature, ...] = (
         ("gloo",), True, "gloo peer connection lost",
         ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
          "[127.0.0.1]:5120",),
-    ),
-    Signature(  # a peer dialling Docker's default bridge (docker0 hands out 172.17.0.x): an address the head
-        # advertised that no other host can reach, every time until the set-up is fixed (round 55a). Only the
-        # bridge's first /24: a site whose own network is 172.17.0.0/16 elsewhere is not taken for it
-        "bridge_address_unreachable", _N, _ROOT,
-        r"(?:trying to connect to \(|[Cc]onnect(?:ion)? to )172\.17\.0\.\d{1,3}\b",
-        ("172.17.0.",), False, "a peer dialled a container's bridge address (172.17.0.x), which other hosts cannot",
-        ("[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to "
-         "(172.17.0.2, 44737).",),
     ),
     Signature(
         "store_failure", _N, _WEAK,

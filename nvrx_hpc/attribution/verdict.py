@@ -27,7 +27,7 @@ from nvrx_hpc.attribution.api import (
 from nvrx_hpc.attribution.causes import Cause, Findings, cause_key, gather_causes
 from nvrx_hpc.attribution.dcp_ranks import failed_ranks
 from nvrx_hpc.attribution.dead_peer import killed_first
-from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, LINK_EVENTS, fabric_wide
+from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, LINK_EVENTS, SET_UP_SIGNATURES, fabric_wide
 from nvrx_hpc.attribution.gpu_bus import idle_gpu_rank, rank_on_device, ranks_on_buses
 from nvrx_hpc.attribution.hang_suspects import DIVERGED, SUSPECT_WHY, hang_suspects
 from nvrx_hpc.attribution.lines import ranks_of
@@ -46,7 +46,7 @@ from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node, taken_
 from nvrx_hpc.attribution.node_wide import node_wide_ranks
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
 from nvrx_hpc.attribution.recurrence import recurs_across_runs
-from nvrx_hpc.attribution.resources import judge
+from nvrx_hpc.attribution.resources import judge, killed_workers_ranks
 from nvrx_hpc.attribution.signatures import NODE_LOST_SIGNATURES as NODE_LOST
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 from nvrx_hpc.attribution.timeline import build_timeline
@@ -209,6 +209,8 @@ def decide(f: Findings) -> Verdict:
         ranks = lone_exit_rank(f.hits)  # an unranked traceback (or OSError): the one task that exited on its own
     if category is Category.HOST and root.kind == "log" and not ranks and not any(c.nodes for c in co):
         ranks = lone_exit_tasks(f.hits)  # a node's fault that names no node: the one node srun saw fail on its own
+    if root.signature == "linux_oom_kill" and root.kind == "log" and not ranks:
+        ranks = killed_workers_ranks(f.hits)  # the rank whose data loader's worker the kernel killed
     if (category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) or root.signature == "linux_oom_kill") \
             and root.kind == "log" and not ranks:
         on = sorted({n for c in co for n in c.nodes})  # the one rank seen to end there, or each rank raised it
@@ -250,6 +252,8 @@ def decide(f: Findings) -> Verdict:
         found_by = f"; {together} hosts lost their links within {FABRIC_WINDOW_S:.0f} s: the fabric, not one node"
     if category is Category.NETWORK and root.kind == "log" and not ranks and len(nodes) >= 3:
         nodes, gpus = [], []  # three or more hosts' own errors, no peer named: the fabric between them (round 50b)
+    if category is Category.NETWORK and root.signature in SET_UP_SIGNATURES and root.restartable is False:
+        ranks, nodes, gpus = [], [], []  # one set-up error on several hosts (fabric.py): the set-up, no one node
     # A host resource that ran out (memory, a disk, /dev/shm): the job's demand, one node's or a shared FS's.
     resource = judge(root.signature, root.evidence.text, root.time, ranks, nodes, hits=f.hits,
                      rank_nodes=rank_nodes, disks=f.disks, stamps=f.stamps,

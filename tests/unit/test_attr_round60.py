@@ -37,3 +37,79 @@ def test_names_that_hold_no_host_place_nothing():
     for name in ("rank3.log", "train_rank3.log", "pyspy_rank5_pid9931.txt", "node1_rank6.txt", "rank12_gpu3.txt"):
         assert rank_file_host(name) is None, name
     assert rank_file_host("stack-rank6-gpu-a07.log") == "gpu-a07"
+
+
+def test_a_dmesg_flag_in_a_word_of_its_own_is_not_the_host(tmp_path):
+    dmesg = ["[Sun May 21 03:46:58 2023] NVRM: Xid (PCI:0000:1c:00): 79, pid='<unknown>', name=<unknown>, GPU has "
+             "fallen off the bus."]  # fmt: skip
+    v = _verdict(tmp_path, {"hoth_dmesg_T.txt": dmesg})
+    assert v.category is Category.GPU_HARDWARE and v.culprit.nodes == ("hoth",)
+
+
+def test_a_dump_named_after_two_ranks_names_no_host():
+    assert rank_file_host("pyspy_rank3_rank0.txt") is None
+
+
+def _cloudwatch(host: str, lines: list[str]) -> list[str]:
+    return [f"|\t2025-05-16T16:39:{50 + i}.017-07:00\t|\t{host}:{79 + i}:176 [{i}] {text}"
+            for i, text in enumerate(lines)]
+
+
+def test_an_efa_endpoint_that_no_host_can_open_is_the_set_up_in_cloudwatch_rows(tmp_path):
+    warn = ("nccl_net_ofi_rdma_domain_get_ep:969 NCCL WARN NET/OFI Creating new endpoint for domain 0x7f02d5e6ece5 "
+            "failed: Invalid argument")
+    v = _verdict(tmp_path, {"algo-1.cloudwatch.tsv": _cloudwatch("ip-10-36-29-253", [warn, warn]),
+                            "algo-2.cloudwatch.tsv": _cloudwatch("ip-10-36-18-77", [warn, warn])})
+    assert v.category is Category.NETWORK and v.restartable is False
+    assert v.culprit.nodes == () and v.culprit.ranks == ()
+
+
+def test_nccls_shared_memory_segment_quoted_by_torch_on_two_nodes_is_the_jobs_limit(tmp_path):
+    lines = []
+    for rank in (0, 8):
+        lines += [f"[rank{rank}]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:268, unhandled "
+                  "system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+                  f"[rank{rank}]: Last error:",
+                  f"[rank{rank}]: Error while creating shared memory segment /dev/shm/nccl-IdMWKL (size 7340384)"]
+    banner = [f"[rank{r}]: host={'h100-sxm-03' if r < 8 else 'h100-sxm-04'} rank={r}" for r in range(16)]
+    v = _verdict(tmp_path, {"slurm-4471.out": [*banner, *lines]})
+    assert v.category is Category.HOST and v.restartable is False and v.culprit.nodes == ()
+
+
+def test_a_peer_dialling_libvirts_bridge_is_the_set_up(tmp_path):
+    using = "NCCL INFO NET/Socket : Using [0]virbr0:192.168.122.1<0> [1]enp129s0f0:10.10.1.12<0>"
+    refused = "include/socket.h:382 NCCL WARN Connect to 192.168.122.1<40947> failed : Connection refused"
+    v = _verdict(tmp_path, {"hpc-ws12_node1.log": [f"hpc-ws12:3120{r}:3120{r} [{r}] {t}"
+                                                   for r in range(4) for t in (using, refused)]})
+    assert v.category is Category.NETWORK and v.restartable is False
+
+
+def test_sampling_from_nan_probabilities_is_numerical(tmp_path):
+    lines = [f"[rank{r}]: RuntimeError: probability tensor contains either `inf`, `nan` or element < 0"
+             for r in range(4)]
+    v = _verdict(tmp_path, {"node0_stdout.log": lines})
+    assert v.category is Category.NUMERICAL and v.restartable is False
+
+
+def test_gces_operations_list_naming_a_preempted_instance_is_the_schedulers(tmp_path):
+    ops = ["NAME                                   TARGET                       TYPE                         STATUS",
+           "systemevent-1710257620418-6137a2c1e4  llama-ft-7-2ea4-worker-q8zt  compute.instances.preempted  DONE"]
+    v = _verdict(tmp_path, {"gcloud_preempted_ops.txt": ops, "sky_spot_logs_7.txt": ["Shared connection to "
+                                                                                     "34.147.88.102 closed."]})
+    assert v.category is Category.SCHEDULER and v.restartable
+
+
+def test_the_kernel_killing_a_data_loader_worker_names_the_rank_that_reports_it(tmp_path):
+    console = ["[rank1]: RuntimeError: DataLoader worker (pid 48215) is killed by signal: Killed.",
+               "[rank1]: RuntimeError: DataLoader worker (pid(s) 48215) exited unexpectedly"]
+    dmesg = ["[Tue Feb 21 10:57:12 2023] Out of memory: Killed process 48215 (python) total-vm:37229820kB, "
+             "anon-rss:11617908kB, file-rss:0kB, shmem-rss:0kB, UID:1003"]
+    v = _verdict(tmp_path, {"dist_train_console.log": console, "dmesg_ws-dl02.txt": dmesg})
+    assert v.category is Category.HOST and v.culprit.ranks == (1,) and v.culprit.nodes == ("ws-dl02",)
+
+
+def test_a_stamp_before_a_line_that_only_looks_like_a_journal_header_is_stripped(tmp_path):
+    from nvrx_hpc.attribution.lines import split_prefixes
+
+    assert split_prefixes("2024-05-14T21:03:17.000Z Initializing distributed: GLOBAL_RANK: 3")[2].startswith("Init")
+    assert not split_prefixes("2024-05-14T21:03:17+0000 gpu-a07 kernel: NVRM: Xid")[2].startswith("gpu-a07")
