@@ -14,9 +14,14 @@ from pathlib import PurePath
 
 from nvrx_hpc.attribution.api import Hit
 
-__all__ = ["recurs_across_runs"]
+__all__ = ["job_files", "recurs_across_runs"]
 
 _JOB_FILE = re.compile(r"(?:slurm|job)[-_.]?(\d{3,})\b", re.IGNORECASE)
+
+
+def job_files(hits: Sequence[Hit]) -> set[str]:
+    """The Slurm job ids the names of the hits' files carry (`slurm-551902.out` -> 551902)."""
+    return {m.group(1) for h in hits if (m := _JOB_FILE.search(PurePath(h.source).name))}
 
 
 def recurs_across_runs(signature: str, hits: Sequence[Hit]) -> bool:

@@ -24,11 +24,16 @@ _PACE_FACTOR = 3.0  # the silence must be this many times the longest pause whil
 _MIN_STAMPS = 5  # dated lines needed before the silence to know the job's pace
 _STAMP_AT = 48  # a line's own stamp sits near its start, after a runner's prefix at most
 _READ_LIMIT = 64 << 20  # read at most this much of a file for its stamps
+# more lines than this after the last dated one: the job went on printing, undated (NeMo RL's step reports, round
+# 62a), so its stamps say nothing of a silence; a hung job's last report (a final evaluation's iterations) is shorter
+_UNDATED_PROGRESS = 100
 
 
-def _stamps_before(path: Path, line: int, year: int) -> list[float]:
-    """The stamps at the start of `path`'s lines before line `line` (1-based), in file order."""
+def _stamps_before(path: Path, line: int, year: int) -> tuple[list[float], int]:
+    """The stamps at the start of `path`'s lines before line `line` (1-based), in file order, and how many lines
+    with text came after the last of them."""
     out: list[float] = []
+    after = 0
     read = 0
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -39,17 +44,21 @@ def _stamps_before(path: Path, line: int, year: int) -> list[float]:
                 t = parse_time(text[:_STAMP_AT], year=year)
                 if t is not None:
                     out.append(t)
+                    after = 0
+                elif text.strip():
+                    after += 1
     except OSError:
-        return []
-    return out
+        return [], 0
+    return out, after
 
 
 def stall(path: Path, end: Hit) -> tuple[float, float] | None:
     """(silence, longest earlier pause) in seconds when the job's lines stopped long before `end`'s time limit."""
     if end.time is None:
         return None
-    stamps = [t for t in _stamps_before(path, end.line, datetime.fromtimestamp(end.time).year) if t < end.time - 1]
-    if len(stamps) < _MIN_STAMPS:
+    dated, after = _stamps_before(path, end.line, datetime.fromtimestamp(end.time).year)
+    stamps = [t for t in dated if t < end.time - 1]
+    if len(stamps) < _MIN_STAMPS or after > _UNDATED_PROGRESS:
         return None
     longest = max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0.0)
     silence = end.time - max(stamps)

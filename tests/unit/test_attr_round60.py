@@ -113,3 +113,25 @@ def test_a_stamp_before_a_line_that_only_looks_like_a_journal_header_is_stripped
 
     assert split_prefixes("2024-05-14T21:03:17.000Z Initializing distributed: GLOBAL_RANK: 3")[2].startswith("Init")
     assert not split_prefixes("2024-05-14T21:03:17+0000 gpu-a07 kernel: NVRM: Xid")[2].startswith("gpu-a07")
+
+
+def test_a_time_limit_after_many_undated_progress_lines_stays_the_schedulers(tmp_path):
+    dated = [f"2026-08-11 02:0{i}:41,882\tINFO scripts.py:865 -- worker {i} up" for i in range(6)]
+    steps = [line for s in range(1, 41) for line in (f"===== Step {s}/500 =====", "  • Avg Reward: 0.4640",
+                                                     "  • Total step time: 86.41s")]
+    end = "slurmstepd: error: *** JOB 771203 ON gpn-117 CANCELLED AT 2026-08-11T06:00:07 DUE TO TIME LIMIT ***"
+    v = _verdict(tmp_path, {"slurm-771203.out": [*dated, *steps, end]})
+    assert v.category is Category.SCHEDULER and v.restartable
+
+
+def test_two_runs_timing_out_in_their_own_work_are_not_one_runs_odd_operation(tmp_path):
+    def timeout(rank: int, seq: int, op: str) -> str:
+        return (f"[rank{rank}]:[E0114 16:30:49.704437320 ProcessGroupNCCL.cpp:685] [Rank {rank}] Watchdog caught "
+                f"collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn=1, NumelOut=1, "
+                f"Timeout(ms)=600000) ran for 600081 milliseconds before timing out.")
+
+    earlier = [timeout(r, 7, "BROADCAST") for r in (2, 9, 11)]
+    banners = [f"[Rank {r}] fairseq2 log file: /runs/ws_64/logs/rank_{r}.log" for r in range(0, 16)]
+    later = [timeout(r, 29817, "BARRIER") for r in range(1, 16)]
+    v = _verdict(tmp_path, {"earlier_attempt_slurm-3291177.out": earlier, "slurm-3304581.out": [*banners, *later]})
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (0,)
