@@ -11,6 +11,7 @@ several nodes, or one error or teardown on every rank, names no rank; `resources
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
@@ -61,6 +62,10 @@ DEFAULT_RESTARTABLE = {
 }  # fmt: skip
 # a cascade's end, a framework's weak error, a network error: on every node alike, they name no node
 _ALIKE = {(Category.UNKNOWN, 1), (Category.FRAMEWORK_CRASH, 2), (Category.FRAMEWORK_CRASH, 3), (Category.NETWORK, 3)}
+
+
+# the node a Ray line names by address: its raylet's or actor's prefix, or its memory monitor's report (round 61b)
+_RAY_ADDRESS = re.compile(r"^\([\w-]+(?:,? pid=\d+)?, ip=([\d.]+)\)|Memory on the node \(IP: ([\d.]+),")
 
 
 def _rank_nodes(f: Findings) -> dict[int, str]:
@@ -268,6 +273,8 @@ def decide(f: Findings) -> Verdict:
         ranks, nodes, gpus = ranks if len(ranks) == 1 and len(nodes) >= 2 else [], [], []
     if category is Category.SCHEDULER:  # a time limit or a cancel is the job's; a cloud may take back one VM
         (nodes, ranks), gpus = taken_vm(root.signature, nodes, universe | set(rank_nodes), rank_nodes), []
+    if not nodes and root.kind == "log" and (m := _RAY_ADDRESS.search(root.evidence.text)):
+        nodes = [m.group(1) or m.group(2)]  # Ray names the node only by its address, and no log gives its host name
     if not nodes and category in (Category.GPU_HARDWARE, Category.HOST) and root.signature != "disk_full":
         nodes = the_only_host(f.hits, (*f.listed_nodes, *f.job_nodes))  # a one-node job: where it happened (lone_exit)
     nodes, gpus = short_hosts(nodes), short_hosts(gpus)

@@ -135,3 +135,13 @@ def test_two_runs_timing_out_in_their_own_work_are_not_one_runs_odd_operation(tm
     later = [timeout(r, 29817, "BARRIER") for r in range(1, 16)]
     v = _verdict(tmp_path, {"earlier_attempt_slurm-3291177.out": earlier, "slurm-3304581.out": [*banners, *later]})
     assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (0,)
+
+
+def test_a_ray_node_known_only_by_its_address_is_named_by_it(tmp_path):
+    lines = ["(raylet, ip=10.12.3.41) [2024-07-15 10:11:41,774 E 29467 29467] (raylet) node_manager.cc:3084: 1 Workers "
+             "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node "
+             "(ID: 8d1e4c07, IP: 10.12.3.41) over the last time period.",
+             "Memory on the node (IP: 10.12.3.41, ID: 8d1e4c07) where the task (actor ID: 5c0a91e3, name=ActorModel"
+             "RayActor.__init__, pid=31871, memory used=61.2GB) was running was 1890.42GB / 2015.56GB (0.937913)"]
+    v = _verdict(tmp_path, {"ray_job_submit.log": lines})
+    assert v.category is Category.HOST and v.culprit.nodes == ("10.12.3.41",)
