@@ -88,9 +88,12 @@ NETWORK: tuple[Signature, ...] = (
         # bridge's first /24: a site whose own network is 172.17.0.0/16 elsewhere is not taken for it. libvirt's
         # default bridge (virbr0, 192.168.122.x) is the same mistake (round 61a)
         "bridge_address_unreachable", _N, _ROOT,
-        r"(?:trying to connect to \(|[Cc]onnect(?:ion)? to )(?:172\.17\.0|192\.168\.122)\.\d{1,3}\b",
-        ("172.17.0.", "192.168.122."), False,
-        "a peer dialled a bridge address (docker0's 172.17.0.x, virbr0's 192.168.122.x), which other hosts cannot",
+        # and the wildcard address a head was told to advertise (`--node-ip-address 0.0.0.0`, round 61b)
+        r"(?:trying to connect to \(|[Cc]onnect(?:ion)? to )(?:(?:172\.17\.0|192\.168\.122)\.\d{1,3}\b|"
+        r"\[?0\.0\.0\.0\]?[:<,)])",
+        ("172.17.0.", "192.168.122.", "0.0.0.0"), False,
+        "a peer dialled an address other hosts cannot reach (a bridge's: docker0's 172.17.0.x, virbr0's 192.168.122.x; "
+        "or the wildcard 0.0.0.0)",
         ("[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to "
          "(172.17.0.2, 44737).",),
     ),

@@ -145,3 +145,10 @@ def test_a_ray_node_known_only_by_its_address_is_named_by_it(tmp_path):
              "RayActor.__init__, pid=31871, memory used=61.2GB) was running was 1890.42GB / 2015.56GB (0.937913)"]
     v = _verdict(tmp_path, {"ray_job_submit.log": lines})
     assert v.category is Category.HOST and v.culprit.nodes == ("10.12.3.41",)
+
+
+def test_a_peer_dialling_the_wildcard_address_is_the_set_up(tmp_path):
+    lines = [f"(RayWorkerWrapper pid=190{i}, ip=10.20.0.7) [W701 10:46:3{i}.991225 socket.cpp:697] [c10d] The client "
+             "socket has failed to connect to [0.0.0.0]:41877 (errno: 111 - Connection refused)." for i in range(4)]
+    v = _verdict(tmp_path, {"ray_job_submit.log": lines})
+    assert v.category is Category.NETWORK and v.restartable is False
