@@ -53,6 +53,12 @@ HANG: tuple[Signature, ...] = (
         "rank never submitted the tensors the others wait on (Horovod stall)",
         ("[1,0]<stderr>:6: [allreduce.emb_tables.user_id.weight, allreduce.dense.weight ...]",),
     ),
+    Signature(  # gloo's monitored barrier names the rank that never reached it (round 63b)
+        "monitored_barrier_missing", _D, _ROOT, r"\bRank (?P<culprit>\d+) failed to pass monitoredBarrier",
+        # the others passed it: that rank's code went elsewhere (as a rank in another collective does), not restartable
+        ("failed to pass monitoredBarrier",), False, "rank never reached the monitored barrier the others wait in",
+        ("[E ProcessGroupGloo.cpp:138] Rank 1 failed to pass monitoredBarrier in 30000 ms",),
+    ),
     Signature(
         "horovod_stall", _D, _WEAK,
         # older Horovod lists the ranks that did submit: `[ready ranks: 29, 9, 19, ...]` (round 22), on the

@@ -152,3 +152,10 @@ def test_a_peer_dialling_the_wildcard_address_is_the_set_up(tmp_path):
              "socket has failed to connect to [0.0.0.0]:41877 (errno: 111 - Connection refused)." for i in range(4)]
     v = _verdict(tmp_path, {"ray_job_submit.log": lines})
     assert v.category is Category.NETWORK and v.restartable is False
+
+
+def test_glooes_monitored_barrier_names_the_rank_that_never_reached_it(tmp_path):
+    lines = ["2024/07/18 09:56:01 [E ProcessGroupGloo.cpp:138] Rank 1 failed to pass monitoredBarrier in 30000 ms",
+             "2024/07/18 09:56:01 RuntimeError: Rank 1 failed to pass monitoredBarrier in 30000 ms"]
+    v = _verdict(tmp_path, {"asr-n1.train.log": lines})
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (1,) and v.restartable is False
