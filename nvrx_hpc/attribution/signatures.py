@@ -71,10 +71,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     # ---- host -----------------------------------------------------------------------------------
     Signature(
         "linux_oom_kill", _H, _ROOT,
-        r"(?:(?:(?P<memcg>Memory cgroup) out of memory|(?P<whole>Out) of memory): Killed process (?P<pid>\d+) "
+        # kernels before 4.19 say `Out of memory: Kill process N (python) score 247 or sacrifice child` (round 63b)
+        r"(?:(?:(?P<memcg>Memory cgroup) out of memory|(?P<whole>Out) of memory): Kill(?:ed)? process (?P<pid>\d+) "
         r"\((?P<proc>[^)]*)\)|oom-kill:constraint=(?P<constraint>\w+)[^\n]*?,pid=(?P<pid2>\d+)|"
         r"(?P<memcg_limit>Task in /\S+ killed as a result of limit))",
-        ("Killed process", "oom-kill:", "killed as a result of limit"), False, "Linux OOM killer killed a process",
+        ("Killed process", "Kill process", "oom-kill:", "killed as a result of limit"), False,
+        "Linux OOM killer killed a process",
         ("Out of memory: Killed process 4242 (python) total-vm:9000kB, anon-rss:8000kB",
          "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),oom_memcg=/slurm/uid_1/job_4/step_0/task_3,"
          "task=python,pid=8812,uid=1"),

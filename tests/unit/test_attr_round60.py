@@ -159,3 +159,10 @@ def test_glooes_monitored_barrier_names_the_rank_that_never_reached_it(tmp_path)
              "2024/07/18 09:56:01 RuntimeError: Rank 1 failed to pass monitoredBarrier in 30000 ms"]
     v = _verdict(tmp_path, {"asr-n1.train.log": lines})
     assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (1,) and v.restartable is False
+
+
+def test_an_older_kernels_oom_kill_line_is_the_oom_killer(tmp_path):
+    dmesg = ["[4011233.119146] Out of memory: Kill process 18844 (python) score 247 or sacrifice child",
+             "[4011233.119177] Killed process 18844 (python) total-vm:164132012kB, anon-rss:128044104kB"]
+    v = _verdict(tmp_path, {"dgx-s03.dmesg.txt": dmesg})
+    assert v.category is Category.HOST and v.culprit.nodes == ("dgx-s03",)
