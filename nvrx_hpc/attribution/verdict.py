@@ -271,6 +271,8 @@ def decide(f: Findings) -> Verdict:
         # NaN (or CUDA OOM) on several nodes: the run diverged (the model does not fit), no one GPU did it; one rank's
         # on two (a rerun) follows its shard
         ranks, nodes, gpus = ranks if len(ranks) == 1 and len(nodes) >= 2 else [], [], []
+    elif category is Category.NUMERICAL and len(ranks) >= 2:
+        ranks, nodes, gpus = [], [], []  # several ranks' loss went bad together: the run diverged, no GPU did it
     if category is Category.SCHEDULER:  # a time limit or a cancel is the job's; a cloud may take back one VM
         (nodes, ranks), gpus = taken_vm(root.signature, nodes, universe | set(rank_nodes), rank_nodes), []
     if not nodes and root.kind == "log" and (m := _RAY_ADDRESS.search(root.evidence.text)):

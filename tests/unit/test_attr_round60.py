@@ -166,3 +166,12 @@ def test_an_older_kernels_oom_kill_line_is_the_oom_killer(tmp_path):
              "[4011233.119177] Killed process 18844 (python) total-vm:164132012kB, anon-rss:128044104kB"]
     v = _verdict(tmp_path, {"dgx-s03.dmesg.txt": dmesg})
     assert v.category is Category.HOST and v.culprit.nodes == ("dgx-s03",)
+
+
+def test_a_loss_scale_at_its_floor_on_every_rank_of_the_one_log_names_no_rank(tmp_path):
+    banners = [f"[rank{r}]: distributed init: host=gpu-a800-03{1 + r // 8} rank={r} local_rank={r % 8}"
+               for r in range(16)]  # the other node's log is not pasted
+    lines = [f"[rank{r}]: Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting "
+             "run." for r in range(8)]
+    v = _verdict(tmp_path, {"node0_train.log": [*banners, *lines]})
+    assert v.category is Category.NUMERICAL and v.culprit.ranks == () and v.culprit.nodes == ()
