@@ -77,6 +77,9 @@ def ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: Mapping[i
     return sorted(left)
 
 
+_TAKEN = ("cloud_preempted", "k8s_preempted")  # a VM the cloud took back, a pod the cluster's scheduler evicted
+
+
 def taken_vm(
     signature: str, nodes: Sequence[str], universe: set[int], rank_nodes: Mapping[int, str]
 ) -> tuple[list[str], list[int]]:
@@ -86,7 +89,7 @@ def taken_vm(
     limit or a cancel, which end the whole job."""
     if signature in ("slurm_task_launch_failed", "slurm_node_prolog_error") and len(set(nodes)) == 1:
         return list(nodes), []  # srun could not start the step there, or its prolog failed: the node, no rank ran
-    ranks = ranks_of_lost_node(set(nodes), universe, rank_nodes) if signature == "cloud_preempted" else []
+    ranks = ranks_of_lost_node(set(nodes), universe, rank_nodes) if signature in _TAKEN else []
     return (list(nodes), ranks) if ranks else ([], [])
 
 

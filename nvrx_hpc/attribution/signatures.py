@@ -222,6 +222,13 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         "the cloud took the instance back (spot)",
         ("start-worker 2025/02/10 20:07:14 GCP Metadata Service says termination is imminent",),
     ),
+    Signature(  # Kubernetes' scheduler evicting a pod for a higher-priority one (its event names the node), a gang
+        # scheduler's `Preempted by scheduler` (round 64a)
+        "k8s_preempted", _S, _ROOT,
+        r"\bPreempted by (?:(?:[\w.-]+/)?[\w.-]+ on node (?P<failed>[A-Za-z][\w.-]*)|scheduler\b)",
+        ("Preempted by",), True, "the cluster's scheduler preempted a pod of the job",
+        ("49s  Normal  Preempted  pod/train-worker-2  Preempted by infer/realtime-6d9f on node gpu-a10-pool-7c9qk",),
+    ),
     Signature(  # weak: srun cancels the step itself when a task dies; a cancel is a cause only alone
         "slurm_cancelled", _S, _WEAK, rf"{_SLURM_CANCEL}(?: DUE TO (?P<why>[A-Za-z_ ]+?))? \*\*\*",
         ("CANCELLED AT",), False, "job was cancelled",

@@ -175,3 +175,13 @@ def test_a_loss_scale_at_its_floor_on_every_rank_of_the_one_log_names_no_rank(tm
              "run." for r in range(8)]
     v = _verdict(tmp_path, {"node0_train.log": [*banners, *lines]})
     assert v.category is Category.NUMERICAL and v.culprit.ranks == () and v.culprit.nodes == ()
+
+
+def test_kubernetes_preempting_a_pod_for_another_is_the_schedulers(tmp_path):
+    events = ["$ kubectl -n vision get events --sort-by=.lastTimestamp",
+              "49s  Normal  Preempted  pod/segformer-worker-2  Preempted by vision-infer/realtime-det-6d9f on node "
+              "gpu-a10-pool-7c9qk"]  # fmt: skip
+    lines = [f"[rank{r}]: RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
+             "c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer" for r in (0, 1)]
+    v = _verdict(tmp_path, {"kubectl_describe.txt": events, "master-0.log": lines})
+    assert v.category is Category.SCHEDULER and v.restartable and v.culprit.nodes == ("gpu-a10-pool-7c9qk",)
