@@ -184,4 +184,4 @@ def test_kubernetes_preempting_a_pod_for_another_is_the_schedulers(tmp_path):
     lines = [f"[rank{r}]: RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
              "c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer" for r in (0, 1)]
     v = _verdict(tmp_path, {"kubectl_describe.txt": events, "master-0.log": lines})
-    assert v.category is Category.SCHEDULER and v.restartable and v.culprit.nodes == ("gpu-a10-pool-7c9qk",)
+    assert v.category is Category.SCHEDULER and v.restartable
