@@ -185,3 +185,19 @@ def test_kubernetes_preempting_a_pod_for_another_is_the_schedulers(tmp_path):
              "c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer" for r in (0, 1)]
     v = _verdict(tmp_path, {"kubectl_describe.txt": events, "master-0.log": lines})
     assert v.category is Category.SCHEDULER and v.restartable
+
+
+def test_one_gpu_faulting_for_process_after_process_is_the_gpu(tmp_path):
+    dmesg = [f"[Sat Jan 30 00:{m:02d}:20 2021] NVRM: Xid (PCI:0000:db:00): 31, pid={pid}, Ch 00000008, intr 00000000. "
+             "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_10 faulted" for m, pid in ((5, 14390), (6, 40214), (31, 33108))]
+    job = ["[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered"]
+    v = _verdict(tmp_path, {"gpu-s14_dmesg-T.txt": dmesg, "slurm-488213.out": job})
+    assert v.category is Category.GPU_HARDWARE and v.restartable and v.culprit.nodes == ("gpu-s14",)
+
+
+def test_one_process_faulting_once_stays_the_applications(tmp_path):
+    dmesg = ["[Sat Jan 30 00:05:20 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=14390, Ch 00000008, intr 00000000. "
+             "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_10 faulted"]
+    job = ["[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered"]
+    v = _verdict(tmp_path, {"gpu-s14_dmesg-T.txt": dmesg, "slurm-488213.out": job})
+    assert v.category is Category.APPLICATION
