@@ -88,6 +88,12 @@ def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause |
         if why:
             root = min(why, key=cause_key)
     root = _specific(root, causes)
+    if root.signature == "slurm_node_prolog_error":
+        # the prolog's health check caught a GPU the node's kernel log shows failing: the GPU (round 66b)
+        gpu = [c for c in causes if c.category is Category.GPU_HARDWARE and c.strength >= 2
+               and set(c.nodes) & set(root.nodes)]
+        if gpu:
+            return min(gpu, key=cause_key), ()
     if root.category in (Category.APPLICATION, Category.FRAMEWORK_CRASH):
         nodes = set(root.nodes) | {rank_nodes[r] for r in root.ranks if r in rank_nodes}
         for c in sorted(causes, key=cause_key):
