@@ -204,8 +204,8 @@ def test_one_process_faulting_once_stays_the_applications(tmp_path):
 
 
 def test_a_prolog_that_drained_a_node_whose_gpu_fails_is_the_gpu(tmp_path):
-    dmesg = [f"[  {t}.330121] NVRM: Xid (PCI:0001:00:00): 119, pid=41877, name=nvidia-smi, Timeout waiting for RPC from "
-             "GSP! Expected function 76 (GSP_RM_CONTROL) (0x20800a4c 0x4)." for t in (812, 824, 836)]
+    dmesg = [f"[  {t}.330121] NVRM: Xid (PCI:0001:00:00): 119, pid=41877, name=nvidia-smi, Timeout waiting for RPC "
+             "from GSP! Expected function 76 (GSP_RM_CONTROL) (0x20800a4c 0x4)." for t in (812, 824, 836)]
     sinfo = ["REASON               USER      TIMESTAMP           NODELIST",
              "Prolog error         root      2023-03-28T08:30:58 ndv4-hpc-0011"]
     v = _verdict(tmp_path, {"ndv4-hpc-0011_dmesg.txt": dmesg, "squeue_scontrol.txt": sinfo})
