@@ -59,7 +59,9 @@ NETWORK: tuple[Signature, ...] = (
     Signature(  # an MPI library's own InfiniBand transport gave up on a peer (HPE MPT, Open MPI's openib): weak, as
         # the unnamed NCCL completion error is: the printer may be either end of the link (round 50b)
         "mpi_ib_retry_exceeded", _N, _WEAK,
-        r"(?:MPT ERROR: (?P<node>[\w.-]+): Transport retry count exceeded|"
+        # UCX's own (`[lxbk1127:2330856:0:2330856] ib_mlx5_log.c:177  Transport retry count exceeded on mlx5_0:1/IB`)
+        r"(?:(?:MPT ERROR: |\[)(?P<node>[A-Za-z][\w.-]*)(?::\d+:\d+:\d+\] ib_mlx5_log\.c:\d+)?:?\s+"
+        r"Transport retry count exceeded|"
         r"The InfiniBand retry count between two MPI processes has been\s+exceeded)",
         ("Transport retry count exceeded", "InfiniBand retry count"), True,
         "the MPI library's InfiniBand transport exceeded its retry count",

@@ -210,3 +210,10 @@ def test_a_prolog_that_drained_a_node_whose_gpu_fails_is_the_gpu(tmp_path):
              "Prolog error         root      2023-03-28T08:30:58 ndv4-hpc-0011"]
     v = _verdict(tmp_path, {"ndv4-hpc-0011_dmesg.txt": dmesg, "squeue_scontrol.txt": sinfo})
     assert v.category is Category.GPU_HARDWARE and v.culprit.nodes == ("ndv4-hpc-0011",)
+
+
+def test_ucxs_transport_retry_error_is_the_network(tmp_path):
+    lines = [f"[1,{r}]<stderr>:[lxbk1127:233085{r % 10}:0:233085{r % 10}] ib_mlx5_log.c:177  Transport retry count "
+             "exceeded on mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)" for r in (12, 15)]
+    v = _verdict(tmp_path, {"hvd_resnet50_job.log": lines})
+    assert v.category is Category.NETWORK
