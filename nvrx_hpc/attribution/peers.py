@@ -39,6 +39,15 @@ _ADDRESS_LINES = (
         2,
         b" NCCL INFO ",
     ),
+    (  # a logger that puts `[host:pid=N]` before NCCL's words (round 66a)
+        re.compile(
+            rb"\[(" + _HOST + rb"):pid=\d+\] NCCL INFO (?:Bootstrap|NET/IB|NET/Socket|NET ?:)[^\n]*?Using"
+            rb"[^\n]*?[:\s](" + _IP + rb"|" + _IP6 + rb")<"
+        ),
+        1,
+        2,
+        b" NCCL INFO ",
+    ),
     (re.compile(rb"Using IP address of (" + _IP + rb") for node (" + _HOST + rb")"), 2, 1, None),
     (re.compile(rb"(?m)^[ \t]*(" + _IP + rb")[ \t]+(" + _HOST + rb")(?:[ \t]+[\w.-]+)*[ \t\r]*$"), 2, 1, None),
     (re.compile(rb"(?m)^[ \t]*(" + _HOST + rb")[ \t]+(" + _IP + rb")[ \t\r]*$"), 1, 2, None),  # `host  ip` rows

@@ -101,7 +101,7 @@ NETWORK: tuple[Signature, ...] = (
     ),
     Signature(
         "nccl_connect_failure", _N, _ROOT,
-        r"NCCL WARN[^\n]*(?:socketStartConnect|Connect to \S+ failed|Call to connect)",
+        r"NCCL WARN[^\n]*(?:socketStartConnect|socketPollConnect|Connect to \S+ failed|Call to connect)",
         ("NCCL WARN",), True, "NCCL could not connect to a peer",
         ("n2:311:319 [4] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.2.0.1<43121> failed : "
          "Connection refused",),

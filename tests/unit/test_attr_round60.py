@@ -217,3 +217,17 @@ def test_ucxs_transport_retry_error_is_the_network(tmp_path):
              "exceeded on mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)" for r in (12, 15)]
     v = _verdict(tmp_path, {"hvd_resnet50_job.log": lines})
     assert v.category is Category.NETWORK
+
+
+def test_connects_that_poll_in_vain_name_the_peer_a_bracketed_host_prefix_advertised(tmp_path):
+    def line(rank: int, host: str, text: str) -> str:
+        return f"[{rank:04d}/512][2025-02-16 22:21:34,680] [misc/socket.cc:586] [{host}:pid=394{rank:03d}] {text}"
+
+    using = "NCCL INFO Bootstrap : Using ib0:172.16.30.229<0>"
+    files = {"logs/rank_0296.s12gn1193.log": [line(296, "s12gn1193", using)]}
+    for rank, host in ((9, "s12gn3007"), (133, "s12gn3112"), (404, "s12gn3350"), (415, "s12gn3357")):
+        warn = "NCCL WARN socketPollConnect poll() returned 1, no POLLOUT events, connect to 172.16.30.229<39966>"
+        files[f"logs/rank_{rank:04d}.{host}.log"] = [line(rank, host, warn)]
+        files.setdefault("slurm-4031852.out", []).append(f"srun: error: {host}: task {rank}: Exited with exit code 1")
+    v = _verdict(tmp_path, files)
+    assert v.category is Category.NETWORK and v.culprit.nodes == ("s12gn1193",) and v.culprit.ranks == ()
