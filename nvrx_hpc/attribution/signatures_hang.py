@@ -41,8 +41,9 @@ HANG: tuple[Signature, ...] = (
         "collective_timeout", _D, _WEAK,
         r"(?:Timed out waiting [^\n]*for (?:the )?(?:collective|barrier|all_?reduce|recv|send)|"
         r"timed out in monitoredBarrier|(?:collective|barrier) operation timed out|ProcessGroupGloo[^\n]*[Tt]imed out|"
+        r"Application timeout caused pair closure|"  # gloo's own words for a collective's timeout (round 69b)
         r"\b(?:broadcast|all_?reduce|all_?gather|barrier|reduce_scatter)\b[^\n]{0,80}did not complete within \d+ ?ms)",
-        ("Timed out", "timed out", "did not complete within"), True, "a collective timed out",
+        ("Timed out", "timed out", "did not complete within", "Application timeout"), True, "a collective timed out",
         ("RuntimeError: ProcessGroupGloo::allreduce: Timed out after 30000 ms",),
     ),
     Signature(  # Horovod's stall inspector: under `Missing ranks:`, each rank that never submitted the tensors

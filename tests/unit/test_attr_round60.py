@@ -231,3 +231,11 @@ def test_connects_that_poll_in_vain_name_the_peer_a_bracketed_host_prefix_advert
         files.setdefault("slurm-4031852.out", []).append(f"srun: error: {host}: task {rank}: Exited with exit code 1")
     v = _verdict(tmp_path, files)
     assert v.category is Category.NETWORK and v.culprit.nodes == ("s12gn1193",) and v.culprit.ranks == ()
+
+
+def test_glooes_application_timeout_is_a_hang_and_the_silent_rank_its_suspect(tmp_path):
+    lines = [f"2025-08-07T22:58:2{r % 10}.430Z [rank{r}] RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/"
+             "pair.cc:534] Application timeout caused pair closure" for r in range(1, 8)]
+    start = [f"2025-08-07T22:10:00.000Z [rank{r}] step 100 loss 2.31" for r in range(8)]
+    v = _verdict(tmp_path, {"beaker-replica0.log": [*start, *lines]})
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (0,)
