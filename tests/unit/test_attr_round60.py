@@ -239,3 +239,11 @@ def test_glooes_application_timeout_is_a_hang_and_the_silent_rank_its_suspect(tm
     start = [f"2025-08-07T22:10:00.000Z [rank{r}] step 100 loss 2.31" for r in range(8)]
     v = _verdict(tmp_path, {"beaker-replica0.log": [*start, *lines]})
     assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (0,)
+
+
+def test_megatrons_rerun_machine_names_the_rank_whose_result_was_nan(tmp_path):
+    lines = ["[2026-05-27 22:41:59] iteration        2/     100 | lm loss: 1.079925E+01 |",
+             "ERROR:megatron.core.rerun_state_machine:Unexpected result nan on rank 3 at iteration #3 invocation #1 "
+             "(message='found NaN in local grad norm for bucket #0 in backward pass')"]
+    v = _verdict(tmp_path, {"functional_test.log": lines})
+    assert v.category is Category.NUMERICAL and v.culprit.ranks == (3,)
