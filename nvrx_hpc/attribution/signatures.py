@@ -238,7 +238,8 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     Signature(
         "nan_loss", _M, _ROOT,
         r"(?:(?:loss|grad[ _]norm|Loss)[^\n|]{0,24}?(?::\s+|=)(?:nan|-?inf)\b|[Ll]oss (?:is )?(?:NaN|nan|Inf|inf)\b|"
-        r"found NaN in|Unexpected result nan(?: on rank (?P<culprit>\d+))?|non-finite (?:loss|gradient|value)|[Ll]oss became (?:NaN|nan|inf|Inf)|"
+        r"found NaN in|Unexpected result nan(?: on rank (?P<culprit>\d+))?|non-finite (?:loss|gradient|value)|"
+        r"[Ll]oss became (?:NaN|nan|inf|Inf)|"
         r"returned nan values|= (?:nan|-?inf) is not finite|loss scale already at minimum|"
         r"[Mm]inimum loss scale reached|[Tt]raining has diverged|\bNaN detected\b|"  # dinov2's check (round 53a)
         r"\b(?:nan|NaN|inf|Inf) loss (?:encountered|detected)|"  # OLMo's `ValueError: nan loss encountered` (57b)
