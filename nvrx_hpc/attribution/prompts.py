@@ -75,7 +75,7 @@ _LOCAL = frozenset(
 # Launchers that start only this host's ranks (one per node: `composer --node_rank 1 ...`, `torchrun`): what they
 # print comes from the prompt's host (round 28); not mpirun, deepspeed or srun, which start ranks elsewhere, nor a
 # bare `python script.py`, which may be a driver printing a whole cluster's lines (Ray's)
-_NODE_LAUNCHERS = frozenset({"torchrun", "composer", "accelerate"})
+_NODE_LAUNCHERS = frozenset({"torchrun", "composer", "accelerate", "deepspeed"})
 _TORCH_RUN = re.compile(r"^python[\d.]*\s+-m\s+torch\.distributed\.(?:run|launch)\b")
 # what a command reads from these is the machine's own state, whatever the command
 _MACHINE_FILES = re.compile(r"(?:^|[\s<])/(?:proc|sys|var/log|dev/shm)/")
@@ -119,6 +119,7 @@ def _command_host(prompt_host: str | None, command: str, output: bytes = b"") ->
     program = words[0].rsplit("/", 1)[-1] if words else ""
     if _TORCH_RUN.match(" ".join([program, *words[1:]])):
         program = "torchrun"
+
     if program not in _LOCAL and program not in _NODE_LAUNCHERS:
         return None
     if program in {"cat", "grep", "egrep", "tail", "head", "less", "zgrep", *_NODE_LAUNCHERS} \

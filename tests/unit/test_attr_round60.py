@@ -247,3 +247,14 @@ def test_megatrons_rerun_machine_names_the_rank_whose_result_was_nan(tmp_path):
              "(message='found NaN in local grad norm for bucket #0 in backward pass')"]
     v = _verdict(tmp_path, {"functional_test.log": lines})
     assert v.category is Category.NUMERICAL and v.culprit.ranks == (3,)
+
+
+def test_deepspeeds_launcher_at_a_prompt_runs_on_the_prompts_host(tmp_path):
+    lines = ["(lf) ml@gpu-srv07:~/LLaMA-Factory$ deepspeed --num_gpus 8 --master_port 29611 src/train_bash.py "
+             "--deepspeed ds_z2.json --stage pt",
+             "02/29/2024 21:04:19 - INFO - llmtuner.hparams.parser - Process rank: 0, device: cuda:0, n_gpu: 1",
+             *[f"[E ProcessGroupNCCL.cpp:475] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL("
+               "SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800564 milliseconds "
+               "before timing out." for r in range(1, 8)]]
+    v = _verdict(tmp_path, {"train_pt_13b.log": lines})
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (0,) and v.culprit.nodes == ("gpu-srv07",)
