@@ -258,3 +258,10 @@ def test_deepspeeds_launcher_at_a_prompt_runs_on_the_prompts_host(tmp_path):
                "before timing out." for r in range(1, 8)]]
     v = _verdict(tmp_path, {"train_pt_13b.log": lines})
     assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (0,) and v.culprit.nodes == ("gpu-srv07",)
+
+
+def test_pbs_requeueing_a_job_for_a_node_failure_is_the_host(tmp_path):
+    mail = ["PBS Job Id: 2471883[3].cbio-pbs", "Job Name:   sda_train-3",
+            "Job was preempted due to node failure. Job will be requeued."]
+    v = _verdict(tmp_path, {"pbs_mail_notices.txt": mail})
+    assert v.category is Category.HOST and v.restartable
