@@ -125,7 +125,8 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"(?:\*\*\* (?:JOB|STEP) [\d.]+\w* ON (?P<survivor>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE|"
         r"srun: error: Node failure on (?P<failed>[\w.-]+)|"
         r"[Jj]ob (?:was|has been) (?:preempted|requeued|killed|aborted) due to node failure)",  # PBS's mail (71a)
-        ("NODE FAILURE", "Node failure", "due to node failure"), True, "Slurm reported a node failure",
+        ("NODE FAILURE", "Node failure", "due to node failure"), True,
+        "the scheduler (Slurm, PBS) reported a node failure",
         ("srun: error: Node failure on n3",),
     ),
     Signature(  # the kubelet's graceful node shutdown (a cloud VM taken back or maintained): the node went away
