@@ -131,7 +131,7 @@ def _job_id(files: RunFiles, events: Sequence[Any], hits: Sequence[Hit], given: 
 def _scan_logs(
     scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int],
     dated: list[float], rank_hosts: dict[int, str], addr_hosts: dict[str, str], disks: list[DiskRow],
-    listed: set[str], aliases: dict[str, str],
+    listed: set[str], aliases: dict[str, str], at_prompts: set[str],
 ) -> tuple[list[Hit], int]:
     """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show,
     `dated` a few of their dated stamps, `rank_hosts` the hosts their prefixes pair with ranks,
@@ -155,6 +155,7 @@ def _scan_logs(
             found = scanner.scan_file(path, ctx)
             prompts, env_ranks = read_prompts(path)
             found = place_by_prompts(found, prompts, file_host=ctx.node)
+            at_prompts.update(host for _, host in prompts if host)
             for r, host in env_ranks.items():
                 rank_hosts.setdefault(r, host)
             sampled = sample_file(path)
@@ -224,8 +225,9 @@ def analyze(
     disks: list[DiskRow] = []
     listed: set[str] = set()
     aliases: dict[str, str] = {}
+    at_prompts: set[str] = set()
     hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks,
-                               listed, aliases)
+                               listed, aliases, at_prompts)
     hits = place_by_file_host(apply_aliases(hits, rank_hosts, addr_hosts, aliases), listed)
     hits = shm_bus_errors(other_pid_dumps(hits), disks)
     for r in records:
@@ -254,7 +256,8 @@ def analyze(
     verdict = decide(
         Findings(hits=hits, records=records, events=events, health=health, fr=fr, job_state=job_state,
                  job_nodes=tuple(job_nodes), listed_nodes=frozenset(listed), seen_ranks=frozenset(seen_ranks),
-                 rank_hosts=rank_hosts, addr_hosts=addr_hosts, stamps=tuple(dated), disks=tuple(disks))
+                 rank_hosts=rank_hosts, addr_hosts=addr_hosts, stamps=tuple(dated), disks=tuple(disks),
+                 prompt_hosts=frozenset(at_prompts))
     )  # fmt: skip
     inputs = {
         "logs": len(files.logs),

@@ -51,6 +51,7 @@ class Findings:
     addr_hosts: Mapping[str, str] = field(default_factory=dict)  # network address -> host (peers.py)
     stamps: tuple[float, ...] = ()  # dated stamps sampled from the job's logs, events and records
     disks: tuple[DiskRow, ...] = ()  # rows of `df` listings found in the logs
+    prompt_hosts: frozenset[str] = frozenset()  # hosts of the shell prompts pasted with the logs (prompts.py)
 
 
 @dataclass

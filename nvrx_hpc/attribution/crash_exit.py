@@ -20,24 +20,27 @@ from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Category, Hit, Role
 
-_LAUNCHER_EXITS = ("ds_launcher_exit", "elastic_child_failed")
+_LAUNCHER_EXITS = ("ds_launcher_exit", "elastic_child_failed", "mp_spawn_exited")
 _CRASH_SIGNALS = {"-11": "SIGSEGV", "-4": "SIGILL", "139": "SIGSEGV", "132": "SIGILL"}
+_SIGNAL_CODES = {"SIGSEGV": "-11", "SIGILL": "-4", "SIGKILL": "-9"}  # mp.spawn names the signal itself
 
 
 def crash_exits(hits: Sequence[Hit]) -> list[Hit]:
     """`hits` with each launcher report of a crash signal made a weak framework-crash cause."""
     out = []
     for h in hits:
-        signal = _CRASH_SIGNALS.get(h.fields.get("code", ""))
+        code = h.fields.get("code") or _SIGNAL_CODES.get(h.fields.get("signal") or "", "")
+        signal = _CRASH_SIGNALS.get(code)
         if h.signature in _LAUNCHER_EXITS and signal and h.role is Role.CASCADE:  # placed or not (a one-node
             # DeepSpeed launcher prints no host, round 44)
             who = f"rank {h.rank}" if h.rank is not None else f"a child on {h.node}" if h.node else "a child"
             h = dataclasses.replace(h, role=Role.WEAK, category=Category.FRAMEWORK_CRASH, restartable=True,
                                     summary=f"the launcher saw {who} crash with {signal}")  # fmt: skip
-        elif h.signature in _LAUNCHER_EXITS and h.fields.get("code") in ("-9", "137") and h.node \
-                and h.role is Role.CASCADE:
+        elif h.signature in _LAUNCHER_EXITS and code in ("-9", "137") and h.role is Role.CASCADE \
+                and (h.node or h.signature == "mp_spawn_exited" and h.rank is not None):
+            on = f" on {h.node}" if h.node else ""
             h = dataclasses.replace(h, role=Role.WEAK, category=Category.UNKNOWN, restartable=True,
-                                    summary=f"the launcher on {h.node} saw a child killed by SIGKILL")  # fmt: skip
+                                    summary=f"the launcher{on} saw a child killed by SIGKILL")  # fmt: skip
         out.append(h)
     return out
 

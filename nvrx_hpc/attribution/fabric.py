@@ -44,13 +44,17 @@ def fabric_wide(downs: Iterable[tuple[str, float | None, str, str]]) -> int:
 
 # Set-up failing on every host alike, a site's configuration rather than one node: NCCL's sockets refused or
 # unroutable (a port the site blocks, rounds 45 and 50a), NCCL connecting to an IPv6 link-local address (it chose an
-# interface that cannot route, round 53b), EFA's address vector refusing the peers (round 52a). An aborted or
+# interface that cannot route, round 53b), EFA's address vector refusing the peers (round 52a), a verbs call refused
+# as an invalid argument (round 74b). An aborted or
 # timed-out connection is a connection lost, not a set-up: it stays restartable.
 _SET_UP = {
     "nccl_connect_refused": None,
     "nccl_connect_failure": re.compile(r"Connection refused|No route to host|Connect to fe80:"),
     "ofi_address_insert": None,
     "ofi_endpoint_failed": None,
+    # a verbs call refused as an invalid argument: the RDMA set-up (RoCE's GID index, an HCA the container lacks),
+    # not a link that failed under traffic (round 74b)
+    "nccl_ibv_call_failed": re.compile(r"Invalid argument|errno 22\b"),
 }
 SET_UP_SIGNATURES = frozenset(_SET_UP)
 

@@ -21,6 +21,7 @@ _PG_OF_LINE = re.compile(r"\[PG (?:ID )?(\d+)\b")  # the process group a watchdo
 _DESYNC_RANK = re.compile(r"Rank (\d+) is running")  # TORCH_DISTRIBUTED_DEBUG=DETAIL's mismatch report
 _BANNERS = ("pid_rank_banner", "pyspy_dump_banner")  # lines that name the rank of the dump below them
 _CMD_RANK = re.compile(r"(?<![\w-])--(?:distributed[-_]|global[-_])?rank[= ]\d")
+_FEW_CALLS = 16  # a rank fallen a few collectives behind the others, not another group's count
 _SAME_SIZE = ("ALLREDUCE", "BROADCAST", "REDUCE", "_ALLGATHER_BASE", "_REDUCE_SCATTER_BASE")
 
 
@@ -81,6 +82,23 @@ def _odd_operation(victims: Sequence[Hit]) -> tuple[int, ...] | None:
     return tuple(sorted(lone))
 
 
+def _timed_out_earlier(victims: Sequence[Hit]) -> tuple[int, ...]:
+    """The ranks, half the reporters at most, whose watchdog timed out in an earlier call of the same operation and
+    process group than the others' (`SeqNum=5184` against `5186`, a few calls apart): the others issued later ones,
+    so these fell behind and the others wait for them (round 74a)."""
+    seqs: dict[int, tuple[str | None, str, int]] = {}
+    for h in victims:
+        if h.signature == "watchdog_timeout" and h.fields.get("seq", "").isdigit() and h.fields.get("op"):
+            seqs.setdefault(h.rank, (_process_group(h.text), h.fields["op"], int(h.fields["seq"])))
+    if len(seqs) < 2 or len({work[:2] for work in seqs.values()}) != 1 or len(job_files(victims)) > 1:
+        return ()
+    first, last = min(work[2] for work in seqs.values()), max(work[2] for work in seqs.values())
+    if last - first > _FEW_CALLS:  # thousands apart: two groups' counts that the lines do not tell apart
+        return ()
+    lagging = sorted(rank for rank, work in seqs.items() if work[2] < last)
+    return tuple(lagging) if lagging and len(lagging) <= len(seqs) // 2 else ()
+
+
 def _ranked_process(h: Hit) -> bool:
     """py-spy's `Process 418823: python train.py ... --distributed-rank 1`: a banner naming its dump's rank."""
     return h.signature == "pyspy_process" and _CMD_RANK.search(h.text) is not None
@@ -118,7 +136,8 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
 
     1. Behind: a rank whose last enqueued collective is before the one the others timed out on
        (`Timeout at NCCL work: N, last enqueued NCCL work: M`, or a dump's `Last enqueued NCCL work: M`)
-       never issued it.
+       never issued it; so too a rank whose watchdog timed out a few calls of the same operation before the
+       others' (`_timed_out_earlier`).
     2. Silent: when most of the job's ranks report a timeout (or sit in a collective in their stack
        dumps), the ranks that report nothing are the suspects (at most a third of the ranks).
     3. Mismatch: every reporter but one timed out in the same work (sequence number and operation), that one in
@@ -166,6 +185,9 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     reporters = {r for r, _s, _e in progress}
     if behind and behind != reporters:
         return tuple(sorted(r for r in behind if r is not None)), "behind"
+    lagging = _timed_out_earlier(victims)
+    if lagging:
+        return lagging, "behind"
     # Every rank timed out in the same collective call (one sequence number), one of them in another operation
     # than all the others: its code took another path there (rank 0 alone in a checkpoint's REDUCE while the
     # rest gathered FSDP shards, round 28); the others wait on it.

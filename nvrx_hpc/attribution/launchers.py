@@ -138,7 +138,7 @@ def _ds_child_ranks(hits: Sequence[Hit]) -> dict[str, int]:
 
 
 def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok: bool = True) -> dict[str, int]:
-    """pid -> global rank. Global sources first (torchrun's box, a line that carries both a pid and its
+    """pid (or "host:pid") -> global rank. Global sources first (torchrun's box, a line that carries both a pid and its
     global rank, NCCL's world communicator); a local rank (`local_rank: 3 (pid: 2231)`) only for a pid
     no global source names, and not when srun started one launcher per node (several nodes: a local
     rank is not the rank)."""
@@ -146,6 +146,7 @@ def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok
                  and h.fields.get("world", "").isdigit()), default=0)  # fmt: skip
     sure: dict[str, int] = {}
     local: dict[str, int] = {}
+    on_host: dict[str, int] = {}  # "host:pid" -> global rank, where the line that pairs them names its host too
     for box in boxes.values():
         if box.pid:
             sure.setdefault(box.pid, box.rank)
@@ -159,9 +160,18 @@ def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok
             continue  # a sub-communicator: its rank is not the global one
         if h.rank is not None and "tee_local" not in h.fields:
             sure.setdefault(pid, h.rank)
+            if h.node:
+                on_host.setdefault(f"{h.node}:{pid}", h.rank)
         elif local_ok and (h.rank is not None or h.fields.get("local_rank", "").isdigit()):
             local.setdefault(pid, h.rank if h.rank is not None else int(h.fields["local_rank"]))
-    return {**local, **sure}
+    # one pid on two hosts (containers number their processes alike): only the host's own pair says which rank
+    hosts_of: dict[str, set[str]] = defaultdict(set)
+    for key in on_host:
+        host, pid = key.rsplit(":", 1)
+        hosts_of[pid].add(host)
+    shared = {pid for pid, hosts in hosts_of.items() if len(hosts) >= 2}
+    return {**{pid: rank for pid, rank in {**local, **sure}.items() if pid not in shared},
+            **{key: rank for key, rank in on_host.items() if key.rsplit(":", 1)[1] in shared}}
 
 
 # Ray Train's workers print under Ray's actor prefix: srun's tasks started Ray's nodes, Ray placed the ranks.
@@ -289,7 +299,7 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
                 rank = _int(h.fields.get("local_rank"))  # torch.distributed.launch on the one node: local is global
         if rank is None:
             pid = _pid(h)
-            rank = pid_rank.get(pid) if pid else None
+            rank = pid_rank.get(f"{node}:{pid}", pid_rank.get(pid)) if pid else None
         if rank is None and h.signature == "elastic_child_failed":
             local = _int(h.fields.get("local_rank"))
             mapped = file_maps.get(h.source, {}).get(local) if local is not None else None

@@ -42,7 +42,8 @@ _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]
 _MPI_RANK = re.compile(r"^(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?\[(?:\d+,)?(\d{1,7})\]"
                        r"<(?:stdout|stderr|stddiag)>:\s?")
 # A runner's `[host:rank]:` before each line (`[dgx-114:3]:[rank3]: ...`); UCX's `[host:pid:0:tid]` has more colons.
-_HOST_RANK = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<rank>\d{1,7})\]:")
+# ESPnet2's `[host:rank/world] ` before each of its log lines (round 74a).
+_HOST_RANK = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<rank>\d{1,7})(?:\]:|/\d{1,7}\] )")
 # pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit or a hyphen,
 # an exception name ("ValueError: ") has neither. A hostfile of addresses gives `10.52.0.22: ` (round 22).
 _HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun)(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*"

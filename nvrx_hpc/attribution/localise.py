@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from nvrx_hpc.attribution.aliases import node_aliases
 from nvrx_hpc.attribution.api import Hit, Role
+from nvrx_hpc.attribution.job_hosts import scheduler_hosts
 from nvrx_hpc.attribution.launchers import ds_mapping, enrich, is_host, name_oom_victims, name_victims
 from nvrx_hpc.attribution.lines import LEAD_STAMP, parse_time, ranks_of
 from nvrx_hpc.attribution.peers import sample_addresses
@@ -39,6 +40,8 @@ _ANY_TORCH_RANK = re.compile(rb"\[rank(\d{1,6})\]:")
 # A host and a rank on one line's prefixes: `w2: [rank6]:` (pdsh), `6: w2:311:320 [6] NCCL` (srun + NCCL).
 _HOST_RANK = re.compile(rb"(?m)^([a-z][\w-]*[\d-][\w.-]*): \[rank(\d{1,6})\]:|"
                         rb"^(?:" + _LEAD + rb")?\s*(\d{1,6}): ([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL")
+# ESPnet2's logging prefix: `[gv041:0/4] 2020-09-05 20:04:10,347 (abs_task:1096) INFO: ...` (host, rank, world)
+_HOST_RANK_OF_WORLD = re.compile(rb"(?m)^\[([A-Za-z][\w-]*[\d-][\w.-]*):(\d{1,6})/\d{1,6}\] ")
 # A start-up banner that names a rank and its host, in either order (`[init] host=cn-g042 local_rank=3
 # global_rank=11`, `rank=6 local_rank=2 host=cn-207`, `distributed init (rank 6): ..., host gpu-m22`);
 # a node's or local rank (`node_rank=`, `local_rank=`) is not the rank. Each pattern starts with its
@@ -185,6 +188,8 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
         for m in _HOST_RANK.finditer(data):
             host, rank = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
             hosts.setdefault(int(rank), host.decode())
+        for m in _HOST_RANK_OF_WORLD.finditer(data):
+            hosts.setdefault(int(m.group(2)), m.group(1).decode())
         for r, host in _banner_hosts(data):
             hosts.setdefault(r, host)
         for r, host in _range_hosts(data):
@@ -247,7 +252,7 @@ def _listed_nodes(data: bytes) -> set[str]:
     found.update(m.group(1).decode() for m in _JOB_ON_HOST.finditer(data[:65536]))
     for m in _MPI_HOSTS.finditer(data[:65536]):
         found.update(host.split(":")[0] for host in m.group(1).decode().split(","))
-    return found
+    return found | scheduler_hosts(data[:65536])
 
 
 def _node_rank_hosts(data: bytes) -> list[tuple[int, str]]:

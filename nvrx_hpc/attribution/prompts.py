@@ -21,9 +21,9 @@ __all__ = ["prompt_hosts", "env_rank_hosts", "read_prompts", "place_by_prompts"]
 
 _MAX_BYTES = 1 << 20  # a pasted session; a large log is a program's output, not a terminal's
 # `[user@host ~]$ cmd`, `user@host:~/run$ cmd`, `(venv) root@host:/# cmd`, zsh's `user@host ~ % cmd`; the host's
-# domain is dropped
+# domain is dropped. A container's host name is its short id (`root@7be21c94d0fa:/workspace#`), round 75b.
 _PROMPT = re.compile(
-    rb"(?m)^(?:\([\w.-]+\) )?\[?[a-z_][\w.-]*@([A-Za-z][\w-]*)[\w.-]*(?::[^\s$#]*|\s[^\n$#\]]{0,80})"
+    rb"(?m)^(?:\([\w.-]+\) )?\[?[a-z_][\w.-]*@([A-Za-z][\w-]*|[0-9a-f]{12})[\w.-]*(?::[^\s$#]*|\s[^\n$#\]]{0,80})"
     rb"\]?[$#%] ?([^\n]*)$"
 )
 # a bare `$ cmd` prompt names no host: only a command run on another (`$ ssh gpn-c14 dmesg -T`) places its output

@@ -231,6 +231,15 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("Preempted by",), True, "the cluster's scheduler preempted a pod of the job",
         ("49s  Normal  Preempted  pod/train-worker-2  Preempted by infer/realtime-6d9f on node gpu-a10-pool-7c9qk",),
     ),
+    Signature(  # the kubelet evicting pods when its node runs short of memory or disk: it evicts first the pods that
+        # use more than they requested, so the job's own demand did it (round 74d); its node events name the node
+        "k8s_evicted", _H, _ROOT,
+        r"(?:The node was low on resource: \w[\w-]*|\b(?:EvictionThresholdMet|NodeHasInsufficientMemory|"
+        r"NodeHasDiskPressure)\s+node/(?P<node>[A-Za-z][\w.-]*))",
+        ("low on resource", "node/"), False, "Kubernetes evicted the job's pod: its node ran short of memory or disk",
+        ("2m  Warning  Evicted  pod/train-0  The node was low on resource: memory. Container main was using "
+         "49837196Ki, which exceeds its request of 1Gi.",),
+    ),
     Signature(  # weak: srun cancels the step itself when a task dies; a cancel is a cause only alone
         "slurm_cancelled", _S, _WEAK, rf"{_SLURM_CANCEL}(?: DUE TO (?P<why>[A-Za-z_ ]+?))? \*\*\*",
         ("CANCELLED AT",), False, "job was cancelled",

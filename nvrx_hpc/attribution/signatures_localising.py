@@ -113,7 +113,9 @@ LOCALISING: tuple[Signature, ...] = (
         r"(?=(?:.*(?:--node[-_]rank[= ]|\bNODE_RANK=)(?P<node_rank>\d+)\b)?)"
         r"(?=(?:.*--nnodes[= ](?P<nnodes>\S+))?)"
         r"(?=(?:.*--log[-_]dir[= ](?P<log_dir>[^\s;&|]+))?)"
-        r"(?=(?:.*--role[= ](?P<role>\w+))?).*\b(?:torchrun|torch\.distributed\.(?:run|launch)|tune run)\b",
+        r"(?=(?:.*--role[= ](?P<role>\w+))?)"
+        r"(?=(?:.*--local[-_]ranks[-_]filter[= ](?P<shown>\d+(?:,\d+)*))?)"  # only these ranks' output is printed
+        r".*\b(?:torchrun|torch\.distributed\.(?:run|launch)|tune run)\b",
         ("--nproc_per_node", "--nproc-per-node"), None, "torchrun of {nproc} processes a node",
         ("+ torchrun --nnodes=2 --node-rank=1 --nproc-per-node=4 --role rank --tee 3 -m torchtitan.train",),
     ),

@@ -131,10 +131,12 @@ NETWORK: tuple[Signature, ...] = (
         "NCCL's OFI plugin could not add a peer's address (the fabric between the nodes)",
         ("ip-10-0-88-14:30112:30261 [0] nccl_net_ofi_rdma.cpp:6112 NCCL WARN NET/OFI Unable to insert remote address",),
     ),
-    Signature(  # the OFI plugin cannot open its endpoint on the EFA device (libfabric and plugin disagree), round 60b
+    Signature(  # the OFI plugin cannot open its endpoint on the EFA device (libfabric and plugin disagree), round 60b;
+        # or finds no EFA provider at all and NCCL falls back to sockets, many times slower (a pod without the EFA
+        # device), round 74d
         "ofi_endpoint_failed", _N, _ROOT,
-        r"NET/OFI (?:Creating new endpoint for domain \S+|Couldn't open a fabric provider|Unable to create endpoint)"
-        r"[^\n]*?failed", ("NET/OFI",), True,
+        r"NET/OFI (?:Creating new endpoint for domain \S+|Couldn't open a fabric provider|Unable to create endpoint"
+        r"|aws-ofi-nccl initialization)[^\n]*?failed", ("NET/OFI",), True,
         "NCCL's OFI plugin could not open its network endpoint (the EFA set-up)",
         ("ip-10-3-18-7:79:176 [0] nccl_net_ofi_rdma_domain_get_ep:969 NCCL WARN NET/OFI Creating new endpoint for "
          "domain 0x7f02d5e6ece5 failed: Invalid argument",),

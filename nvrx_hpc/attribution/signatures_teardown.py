@@ -37,6 +37,14 @@ TEARDOWN: tuple[Signature, ...] = (
          "subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=5', '--cv', "
          "'0']' returned non-zero exit status 1."),
     ),
+    Signature(  # torch.multiprocessing.spawn saw a worker end by a signal or an exit code, with no traceback of its own
+        # (older torch raises a bare Exception, round 74a); spawn_ranks.py gives it the worker's rank
+        "mp_spawn_exited", _F, _CASC,
+        r"(?:ProcessExitedException: |^Exception: )process (?P<local_rank>\d+) terminated with "
+        r"(?:signal (?P<signal>SIG[A-Z]+)|exit code (?P<code>-?\d+))",
+        ("terminated with signal", "terminated with exit code"), True, "mp.spawn saw process {local_rank} end",
+        ("Exception: process 0 terminated with signal SIGKILL",),
+    ),
     Signature(  # a wrapper (llamafactory-cli, a site script) reports that the launcher it ran failed: the launcher's
         # workers' own lines say why (round 51b)
         "launcher_subprocess_failed", _F, _CASC,
@@ -105,8 +113,10 @@ TEARDOWN: tuple[Signature, ...] = (
     ),
     Signature(
         "python_exception", _A, _ROOT,
-        r"^(?:\[rank\d+\]: ?)?(?P<exc>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)): (?P<msg>.*)",
-        ("Error: ", "Exception: ", "Interrupt: "), False, "{exc}: {msg}",
+        # (StopIteration: the one built-in a training step raises whose name says neither, round 74a)
+        r"^(?:\[rank\d+\]: ?)?(?P<exc>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)|StopIteration): "
+        r"(?P<msg>.*)",
+        ("Error: ", "Exception: ", "Interrupt: ", "StopIteration: "), False, "{exc}: {msg}",
         ("ValueError: shape mismatch: expected [4, 8], got [4, 9]",),
     ),
 )

@@ -20,14 +20,17 @@ from nvrx_hpc.attribution.rank_blocks import world_sizes
 
 _REACH = 60  # lines of the worker's traceback under the header
 # a worker killed by a signal has no traceback: the parent's exception names it (round 35: a SIGSEGV in libtorch_cpu)
-_EXITED = re.compile(r"ProcessExitedException: process (\d+) terminated with (?:signal|exit code)")
+_EXITED = re.compile(r"(?:ProcessExitedException: |^Exception: )process (\d+) terminated with (?:signal|exit code)")
 
 
 def spawn_ranks(hits: Sequence[Hit]) -> list[Hit]:
     """`hits` with the lines under each `-- Process L terminated` header given that worker's global rank."""
     tasks = {t for h in hits if h.signature == "srun_task_exit" for t in h.fields.get("tasks", "").split(",")
              if t.isdigit()}  # fmt: skip
-    one_task = tasks == {"0"}  # srun started one task, the spawner: its process numbers are the global ranks
+    # srun started one task, the spawner: its process numbers are the global ranks; so too with no srun and no rank
+    # of another node in the logs (round 74a: a one-node job's `mp.spawn`)
+    one_task = tasks == {"0"} or (not tasks and all(h.rank in (None, 0) for h in hits)
+                                  and not any(srun_label(h) is not None for h in hits))
     headers = [h for h in hits if h.signature == "mp_spawn_process" and (one_task or srun_label(h) is not None)]
     if not headers and not any(_EXITED.search(h.text) and (one_task or srun_label(h) is not None) for h in hits):
         return list(hits)

@@ -23,6 +23,7 @@ from nvrx_hpc.attribution.api import (
     Category,
     Culprit,
     Evidence,
+    Hit,
     Verdict,
 )
 from nvrx_hpc.attribution.causes import Cause, Findings, cause_key, gather_causes
@@ -70,6 +71,13 @@ _RAY_ADDRESS = re.compile(r"^\([\w-]+(?:,? pid=\d+)?, ip=([\d.]+)\)|Memory on th
 
 def _rank_nodes(f: Findings) -> dict[int, str]:
     return {**f.rank_hosts, **map_rank_nodes(f.hits, (*f.records, *f.events))}
+
+
+def _shown_ranks(hits: Sequence[Hit]) -> set[int]:
+    """The ranks torchrun's `--local-ranks-filter` lets print, on a one-node job (`set()` when it prints all)."""
+    shown = [h.fields["shown"] for h in hits if h.signature == "torchrun_cmd" and h.fields.get("shown")
+             and (h.fields.get("nnodes") or "1") == "1"]
+    return {int(r) for r in shown[0].split(",")} if len(set(shown)) == 1 else set()
 
 
 def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause | None, tuple[int, ...]]:
@@ -229,6 +237,9 @@ def decide(f: Findings) -> Verdict:
         ranks = (rank_on_device(root.gpus, rank_nodes) if root.signature == "cuda_oom" else []) \
             or every_rank_of_node(at, on, f.hits, rank_nodes) or exited_on_node(on, f.hits) \
             or idle_gpu_rank(f.hits, rank_nodes, universe)
+    if category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) and root.kind == "log" and ranks \
+            and set(ranks) <= _shown_ranks(f.hits):
+        ranks, nodes_from_co = [], False  # torchrun printed only these ranks' output: the others may have failed alike
     lost_too = root.category is Category.HOST and {n for c in causes if c.signature in NODE_LOST for n in c.nodes}
     lost: set[str] = set()
     if not ranks and (root.signature in NODE_LOST or (lost_too and set(root.nodes) == lost_too)):
@@ -263,7 +274,8 @@ def decide(f: Findings) -> Verdict:
         found_by = f"; {together} hosts lost their links within {FABRIC_WINDOW_S:.0f} s: the fabric, not one node"
     if category is Category.NETWORK and root.kind == "log" and not ranks and len(nodes) >= 3:
         nodes, gpus = [], []  # three or more hosts' own errors, no peer named: the fabric between them (round 50b)
-    if category is Category.NETWORK and root.signature in SET_UP_SIGNATURES and root.restartable is False:
+    set_up = category is Category.NETWORK and root.signature in SET_UP_SIGNATURES and root.restartable is False
+    if set_up:
         ranks, nodes, gpus = [], [], []  # one set-up error on several hosts (fabric.py): the set-up, no one node
     # A host resource that ran out (memory, a disk, /dev/shm): the job's demand, one node's or a shared FS's.
     resource = judge(root.signature, root.evidence.text, root.time, ranks, nodes, hits=f.hits,
@@ -281,10 +293,13 @@ def decide(f: Findings) -> Verdict:
         ranks, nodes, gpus = [], [], []  # several ranks' loss went bad together: the run diverged, no GPU did it
     if category is Category.SCHEDULER:  # a time limit or a cancel is the job's; a cloud may take back one VM
         (nodes, ranks), gpus = taken_vm(root.signature, nodes, universe | set(rank_nodes), rank_nodes), []
-    if not nodes and root.kind == "log" and (m := _RAY_ADDRESS.search(root.evidence.text)):
+    if not nodes and not set_up and root.kind == "log" and (m := _RAY_ADDRESS.search(root.evidence.text)):
         nodes = [m.group(1) or m.group(2)]  # Ray names the node only by its address, and no log gives its host name
-    if not nodes and category in (Category.GPU_HARDWARE, Category.HOST) and root.signature != "disk_full":
+    if not nodes and (category in (Category.GPU_HARDWARE, Category.HOST) or category is Category.UNKNOWN
+                      and len(ranks) == 1) and root.signature != "disk_full":
         nodes = the_only_host(f.hits, (*f.listed_nodes, *f.job_nodes))  # a one-node job: where it happened (lone_exit)
+        if not nodes and not f.listed_nodes and not f.job_nodes and not any(h.node for h in f.hits):
+            nodes = sorted(f.prompt_hosts) if len(f.prompt_hosts) == 1 else []
     nodes, gpus = short_hosts(nodes), short_hosts(gpus)
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
     if category in (Category.APPLICATION, Category.NUMERICAL):
