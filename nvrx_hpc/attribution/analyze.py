@@ -23,6 +23,7 @@ from nvrx_hpc.attribution.api import SCHEMA_VERSION, FileProblem, Hit, Verdict
 from nvrx_hpc.attribution.batch_host import place_on_batch_host
 from nvrx_hpc.attribution.cgroup_task import global_cgroup_tasks
 from nvrx_hpc.attribution.channel_ranks import rank_pids_by_channels
+from nvrx_hpc.attribution.coll_ops import CollSample, odd_collective
 from nvrx_hpc.attribution.crash_exit import aborts_after_exceptions, crash_exits
 from nvrx_hpc.attribution.dump_pids import other_pid_dumps
 from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminated
@@ -131,7 +132,7 @@ def _job_id(files: RunFiles, events: Sequence[Any], hits: Sequence[Hit], given: 
 def _scan_logs(
     scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int],
     dated: list[float], rank_hosts: dict[int, str], addr_hosts: dict[str, str], disks: list[DiskRow],
-    listed: set[str], aliases: dict[str, str], at_prompts: set[str],
+    listed: set[str], aliases: dict[str, str], at_prompts: set[str], calls: list[CollSample],
 ) -> tuple[list[Hit], int]:
     """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show,
     `dated` a few of their dated stamps, `rank_hosts` the hosts their prefixes pair with ranks,
@@ -167,6 +168,7 @@ def _scan_logs(
                 addr_hosts.setdefault(addr, host)
             disks.extend(sampled.disks)
             listed.update(sampled.listed)
+            calls.append(sampled.coll)
             for alias, node in sampled.aliases.items():
                 aliases.setdefault(alias, node)
             if rank is not None:
@@ -226,8 +228,9 @@ def analyze(
     listed: set[str] = set()
     aliases: dict[str, str] = {}
     at_prompts: set[str] = set()
+    calls: list[CollSample] = []
     hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks,
-                               listed, aliases, at_prompts)
+                               listed, aliases, at_prompts, calls)
     hits = place_by_file_host(apply_aliases(hits, rank_hosts, addr_hosts, aliases), listed)
     hits = shm_bus_errors(other_pid_dumps(hits), disks)
     for r in records:
@@ -257,7 +260,7 @@ def analyze(
         Findings(hits=hits, records=records, events=events, health=health, fr=fr, job_state=job_state,
                  job_nodes=tuple(job_nodes), listed_nodes=frozenset(listed), seen_ranks=frozenset(seen_ranks),
                  rank_hosts=rank_hosts, addr_hosts=addr_hosts, stamps=tuple(dated), disks=tuple(disks),
-                 prompt_hosts=frozenset(at_prompts))
+                 prompt_hosts=frozenset(at_prompts), odd_call=odd_collective(calls))
     )  # fmt: skip
     inputs = {
         "logs": len(files.logs),

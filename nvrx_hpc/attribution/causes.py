@@ -52,6 +52,7 @@ class Findings:
     stamps: tuple[float, ...] = ()  # dated stamps sampled from the job's logs, events and records
     disks: tuple[DiskRow, ...] = ()  # rows of `df` listings found in the logs
     prompt_hosts: frozenset[str] = frozenset()  # hosts of the shell prompts pasted with the logs (prompts.py)
+    odd_call: tuple[tuple[int, ...], str] | None = None  # ranks that called another collective (coll_ops.py)
 
 
 @dataclass
@@ -135,6 +136,11 @@ def gather_causes(f: Findings, record_time: dict[int, float]) -> list[Cause]:
             "fr", "flight_recorder", Category.DISTRIBUTED_HANG, 2, text, Evidence("fr", text, entry="fr"),
             when, f.fr.culprits,
         ))  # fmt: skip
+    if f.odd_call is not None:  # the program's own divergence, seen first-hand (the others wait on it): a restart
+        # replays it
+        ranks, text = f.odd_call
+        out.append(Cause("fr", "nccl_call_mismatch", Category.DISTRIBUTED_HANG, 3, text,
+                         Evidence("nccl", text, entry="nccl_call_mismatch"), None, ranks, restartable=False))
     if f.job_state in _SLURM_STATES:
         cat, strength, ok, text = _SLURM_STATES[f.job_state]
         out.append(Cause(

@@ -266,12 +266,13 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
     pid_rank = _pid_ranks(hits, boxes, local_ok=not launchers)
     mapping = ds_mapping(hits)
     in_box: dict[tuple[str, str | None], set[int]] = defaultdict(set)
-    local_global: dict[tuple[str, int], set[int]] = defaultdict(set)
+    # a local rank is one node's: under srun's labels each node's processes count from 0 again (round 76a)
+    local_global: dict[tuple[str, str | None, int], set[int]] = defaultdict(set)
     exits: dict[tuple[str, int], _Box] = {}
     for (source, line), box in boxes.items():
         in_box[(source, box.label)].add(box.rank)
         if box.local is not None:
-            local_global[(source, box.local)].add(box.rank)
+            local_global[(source, box.label, box.local)].add(box.rank)
         exits[(source, line + 1)] = box
     file_maps = file_local_maps(hits)
     per_node = label_node_ranks(hits) if launchers else {}
@@ -283,8 +284,12 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
         if node and not is_host(node):
             node = None
         tee = _int(h.fields.get("tee_local"))
-        if tee is not None and len(local_global.get((h.source, tee), ())) == 1:
-            rank = next(iter(local_global[(h.source, tee)]))  # torchrun's local rank -> its box's global one
+        label = srun_label(h)
+        mapped = local_global.get((h.source, label, tee), set()) if label is not None else {
+            r for (source, _label, local), ranks in local_global.items() if (source, local) == (h.source, tee)
+            for r in ranks}  # a line without srun's label: whichever node's box names that local rank
+        if tee is not None and len(mapped) == 1:
+            rank = next(iter(mapped))  # torchrun's local rank -> its box's global one
         elif tee is not None and tee in file_maps.get(h.source, {}):
             rank = file_maps[h.source][tee]  # ... or the one its file's rendezvous or command line gives
         if h.signature == "ds_launcher_exit" and node in mapping:

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from nvrx_hpc.attribution.aliases import node_aliases
 from nvrx_hpc.attribution.api import Hit, Role
+from nvrx_hpc.attribution.coll_ops import CollSample, sample_collectives
 from nvrx_hpc.attribution.job_hosts import scheduler_hosts
 from nvrx_hpc.attribution.launchers import ds_mapping, enrich, is_host, name_oom_victims, name_victims
 from nvrx_hpc.attribution.lines import LEAD_STAMP, parse_time, ranks_of
@@ -160,6 +161,7 @@ class FileSample(NamedTuple):
     disks: list[DiskRow]
     listed: frozenset[str] = frozenset()  # the job's nodes, from a nodelist the log prints (`_NODELIST`)
     aliases: Mapping[str, str] = MappingProxyType({})  # a node's host name or address -> its Slurm name (aliases.py)
+    coll: CollSample = CollSample({}, [])  # NCCL's log of each collective call (coll_ops.py)
 
 
 def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
@@ -217,7 +219,8 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
     master = _rank0_host(head, listed)
     if master is not None:
         hosts.setdefault(0, master)
-    return FileSample(found, dated, hosts, addresses, disks, listed, node_aliases(head))
+    coll = sample_collectives(head + b"\n" + tail)
+    return FileSample(found, dated, hosts, addresses, disks, listed, node_aliases(head), coll)
 
 
 # torch's env:// rendezvous (and torchrun's static one) takes MASTER_ADDR as rank 0's host (round 42); a c10d

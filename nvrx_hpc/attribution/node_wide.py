@@ -17,7 +17,7 @@ from nvrx_hpc.attribution.resources import is_local_path
 
 __all__ = ["node_wide_ranks"]
 
-NODE_WIDE_SIGNATURES = frozenset({"nccl_nvls_failure", "cuda_system_not_ready"})
+NODE_WIDE_SIGNATURES = frozenset({"nccl_nvls_failure", "cuda_system_not_ready", "fabric_manager_failed"})
 _NODE_WIDE_TEXT = re.compile(r"\bNVLS\b|[Mm]ulticast")  # not a fabric manager line: it may name one GPU's port
 _MISSING_FILE = re.compile(r"No such file or directory: '(/[^']+)'")
 

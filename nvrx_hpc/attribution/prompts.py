@@ -53,6 +53,7 @@ _LOCAL = frozenset(
         "pgrep",
         "top",
         "uptime",
+        "last",
         "mount",
         "lsof",
         "ls",

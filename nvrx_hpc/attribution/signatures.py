@@ -93,6 +93,11 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("Apr 21 11:05:13 c12 kernel: INFO: task python:51234 blocked for more than 122 seconds.",
          "[Wed Aug  7 03:18:40 2024] mce: [Hardware Error]: Machine check events logged"),
     ),
+    Signature(  # `last -x`: sessions cut by a crash, not a shutdown: the host went down under the job (round 76b)
+        "host_crashed", _H, _ROOT, r"^[a-z_][\w.-]*\s+(?:pts/\d+|tty\w*|:\d+)\s.*\s- crash\s+\(\d",
+        ("- crash",), True, "the host went down without a shutdown (a crash or a power loss)",
+        ("ali      pts/1        10.30.1.77       Thu Mar  9 11:45 - crash  (00:03)",),
+    ),
     Signature(  # context: the kernel says the server answers again (see localise.drop_recovered)
         "nfs_recovered", _H, _CTX, r"nfs: server (?P<server>\S+) OK\b", ("nfs: server",), None,
         "the NFS server answers again",
@@ -418,7 +423,7 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
 # Hits that victims print about a peer or a collective: who prints them is not who caused them.
 # A whole node went (Slurm's node failure, Ray's dead node, a lost agent or daemon): its ranks, not one of them.
 NODE_LOST_SIGNATURES = frozenset({"node_failure", "slurm.node_fail", "ray_node_dead", "determined_agent_lost",
-                                  "pdsh_remote_not_found", "mpi_daemon_lost"})
+                                  "pdsh_remote_not_found", "mpi_daemon_lost", "host_crashed"})
 VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "watchdog_dump_progress",
                      "heartbeat_stuck",
                      "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout",

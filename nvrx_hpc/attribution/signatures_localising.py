@@ -180,10 +180,11 @@ LOCALISING: tuple[Signature, ...] = (
     ),
     Signature(  # the same with the pid first (round 26: `Hostname h, pid 40212, rank 1 / size 4, local rank 1`)
         "pid_rank_banner", _D, _CTX,
-        r"(?<![\w-])pid[ =:]\s*(?P<pid>\d+)[^\n]{0,120}?(?<![\w-])(?<!local )(?:global_|world_)?rank[ =:]\s*"
+        r"(?<![\w-])pid[ =:]\s*(?P<pid>\d+)[^\n]{0,120}?(?<![\w-])(?<!local )(?:global_|world_)?(?:rank|RANK)[ =:]\s*"
         r"(?P<rank>\d{1,6})\b",
         ("pid",), None, "process {pid} of rank {rank}",
-        ("Torch distributed initialized. Hostname gpu-n061, pid 40212, rank 1 / size 4, local rank 1 / local size 4.",),
+        ("Torch distributed initialized. Hostname gpu-n061, pid 40212, rank 1 / size 4, local rank 1 / local size 4.",
+         "== dgx-b04 pid 30133 RANK=6"),  # a loop over a node's processes, each dump under its environment's RANK
     ),
     Signature(
         "stack_in_collective", _D, _CTX, r"distributed_c10d\.py|\(deepspeed/comm/(?:comm|torch)\.py:\d+\)",
@@ -204,10 +205,12 @@ LOCALISING: tuple[Signature, ...] = (
     ),
     Signature(  # a pasted port listing showing a port down (a port may be unused: context, read by peers.py)
         "ib_port_down", Category.NETWORK, _CTX,
-        r"(?:==> \S+ \(Down\)|^\s*state:\s+1: DOWN|/sys/class/infiniband/\w+/ports/\d+:? 1: DOWN\b)",
-        ("(Down)", "1: DOWN"), None, "an InfiniBand port is down",
+        r"(?:==> \S+ \(Down\)|^\s*state:\s+1: DOWN|/sys/class/infiniband/\w+/ports/\d+:? 1: DOWN\b|"
+        r"^\s*State: Down$)",  # ibstat's (round 76b)
+        ("(Down)", "1: DOWN", "State: Down"), None, "an InfiniBand port is down",
         ("mlx5_3 port 1 ==> ens111np0 (Down)", "\tstate:\t\t 1: DOWN",
-         "/sys/class/infiniband/mlx5_4/ports/1 1: DOWN | 2: Polling | 10 Gb/sec (4X SDR)"),  # sysfs (round 52b)
+         "/sys/class/infiniband/mlx5_4/ports/1 1: DOWN | 2: Polling | 10 Gb/sec (4X SDR)",  # sysfs (round 52b)
+         "\t\tState: Down"),
     ),
     Signature(  # torch.multiprocessing.spawn's report of one worker's failure: its local index (spawn_ranks.py)
         "mp_spawn_process", _A, _CTX, r"-- Process (?P<local_rank>\d+) terminated with the following error",

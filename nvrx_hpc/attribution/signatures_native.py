@@ -30,6 +30,14 @@ NATIVE: tuple[Signature, ...] = (
         "the GPUs' fabric is not ready (the NVSwitch fabric manager is not running)",
         ("RuntimeError: CUDA error: system not yet initialized",),
     ),
+    Signature(  # the fabric manager itself failed to start (it found fewer NVSwitches than its topology): the node's
+        # NVSwitch fabric is down, so every GPU of the node fails its NVLink set-up (round 76c)
+        "fabric_manager_failed", _G, _ROOT,
+        r"(?:Failed to start NVIDIA fabric manager|nvidia-fabricmanager\.service: Failed with result|"
+        r"fabric manager NVSwitch device count \d+ is not matching)",
+        ("fabric manager", "fabricmanager"), True, "the node's NVSwitch fabric manager failed to start",
+        ("Sep 12 02:58:47 dgx-c14 systemd[1]: Failed to start NVIDIA fabric manager service.",),
+    ),
     Signature(  # the segment NCCL made is gone: /dev/shm was cleared under the job (systemd's RemoveIPC at a logout)
         "nccl_shm_removed", _H, _ROOT,
         r"NCCL WARN [^\n]*shared memory [^\n]*(?:failed|error)[^\n]*No such file or directory",

@@ -158,6 +158,20 @@ def decide(f: Findings) -> Verdict:
     causes = gather_causes(f, record_time)
     root, hit_ranks = _pick_root(causes, rank_nodes)
     timeline = build_timeline(f.events, f.records, f.health, f.hits, rank_nodes)
+    down = {h.node for h in f.hits if h.signature == "ib_port_down" and h.node}
+    if root is None and len(down) == 1:
+        # nothing failed in the logs but one host's pasted port listing shows a port down: what the user suspected
+        # (a job stuck in its connection set-up, round 76b); a guess, so a low confidence
+        return Verdict(
+            category=Category.NETWORK,
+            root_cause=f"no failure line; {next(iter(down))} shows an InfiniBand port down",
+            culprit=Culprit(nodes=tuple(short_hosts(down))),
+            restartable=True,
+            confidence=0.3,
+            timeline=timeline,
+            action=Action.EXCLUDE_AND_RETRY,
+            exclude_nodes=tuple(short_hosts(down)),
+        )
     if root is None:
         return Verdict(
             category=Category.UNKNOWN,
