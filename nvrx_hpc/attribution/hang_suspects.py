@@ -14,13 +14,14 @@ from nvrx_hpc.attribution.localise import ready_ranks
 from nvrx_hpc.attribution.recurrence import job_files
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 
-__all__ = ["hang_suspects", "SUSPECT_WHY", "DIVERGED"]
+__all__ = ["hang_suspects", "dump_hosts", "SUSPECT_WHY", "DIVERGED"]
 
 _ABORTED = re.compile(r"communicator was aborted")  # a rank's NCCL communicator torn down under it
 _PG_OF_LINE = re.compile(r"\[PG (?:ID )?(\d+)\b")  # the process group a watchdog line names
 _DESYNC_RANK = re.compile(r"Rank (\d+) is running")  # TORCH_DISTRIBUTED_DEBUG=DETAIL's mismatch report
 _BANNERS = ("pid_rank_banner", "pyspy_dump_banner")  # lines that name the rank of the dump below them
-_CMD_RANK = re.compile(r"(?<![\w-])--(?:distributed[-_]|global[-_])?rank[= ]\d")
+_CMD_RANK = re.compile(r"(?<![\w-])--(?:distributed[-_]|global[-_])?rank[= ](\d{1,6})\b")
+_CMD_LOCAL_RANK = re.compile(r"(?<![\w-])--local[-_]rank[= ](\d{1,6})\b")
 _FEW_CALLS = 16  # a rank fallen a few collectives behind the others, not another group's count
 _SAME_SIZE = ("ALLREDUCE", "BROADCAST", "REDUCE", "_ALLGATHER_BASE", "_REDUCE_SCATTER_BASE")
 
@@ -99,31 +100,53 @@ def _timed_out_earlier(victims: Sequence[Hit]) -> tuple[int, ...]:
     return tuple(lagging) if lagging and len(lagging) <= len(seqs) // 2 else ()
 
 
-def _ranked_process(h: Hit) -> bool:
-    """py-spy's `Process 418823: python train.py ... --distributed-rank 1`: a banner naming its dump's rank."""
-    return h.signature == "pyspy_process" and _CMD_RANK.search(h.text) is not None
+def _process_rank(h: Hit, one_host: bool) -> int | None:
+    """The rank py-spy's `Process 418823: python train.py ... --distributed-rank 1` names for its dump; on a
+    one-node job, torch.distributed.launch's `--local_rank=3` is the rank too (round 77c)."""
+    if h.signature != "pyspy_process":
+        return None
+    m = _CMD_RANK.search(h.text) or (_CMD_LOCAL_RANK.search(h.text) if one_host else None)
+    return int(m.group(1)) if m else None
 
 
-def _dumped_outside_collectives(hits: Sequence[Hit]) -> tuple[int, ...] | None:
-    """The ranks whose stack dump shows no collective frame, when at least as many dumps sit in one. A dump is a
-    file with one main thread, or in a file of several, what follows a banner naming its rank (`# py-spy dump
-    --pid 2281 (node-3, global rank 0)`, round 32)."""
+def _dumps(hits: Sequence[Hit]) -> tuple[dict[int, bool], dict[int, str]]:
+    """Each ranked stack dump: rank -> whether its main thread waits in a collective, and rank -> the host the dump
+    was taken on (where its lines are placed). A dump is a file with one main thread, or in a file of several, what
+    follows a banner naming its rank (`# py-spy dump --pid 2281 (node-3, global rank 0)`, round 32)."""
     by_source: dict[str, list[Hit]] = defaultdict(list)
+    one_host = len({h.node for h in hits if h.node}) <= 1
     for h in hits:
-        if h.signature in ("stack_main_thread", "stack_in_collective", *_BANNERS) or _ranked_process(h):
+        if h.signature in ("stack_main_thread", "stack_in_collective", *_BANNERS) \
+                or _process_rank(h, one_host) is not None:
             by_source[h.source].append(h)
-    inside: dict[int, bool] = {}  # rank -> its dump waits in a collective
+    inside: dict[int, bool] = {}
+    hosts: dict[int, str] = {}
     for seq in by_source.values():
         mains = [h for h in seq if h.signature == "stack_main_thread"]
         if len(mains) == 1 and mains[0].rank is not None:
             inside[mains[0].rank] = any(h.signature == "stack_in_collective" for h in seq)
+            if mains[0].node:
+                hosts[mains[0].rank] = mains[0].node
             continue
         current: int | None = None  # the rank whose banner the lines are under
         for h in sorted(seq, key=lambda h: h.line):
-            if h.signature in _BANNERS or _ranked_process(h):
-                current = h.rank
+            if h.signature in _BANNERS or (named := _process_rank(h, one_host)) is not None:
+                current = h.rank if h.signature in _BANNERS or h.rank is not None else named
             elif current is not None and (h.signature == "stack_main_thread" or current in inside):
                 inside[current] = inside.get(current, False) or h.signature == "stack_in_collective"
+                if h.node:
+                    hosts.setdefault(current, h.node)
+    return inside, hosts
+
+
+def dump_hosts(hits: Sequence[Hit]) -> dict[int, str]:
+    """rank -> the host its stack dump was taken on (see `_dumps`)."""
+    return _dumps(hits)[1]
+
+
+def _dumped_outside_collectives(hits: Sequence[Hit]) -> tuple[int, ...] | None:
+    """The ranks whose stack dump shows no collective frame, when at least as many dumps sit in one (`_dumps`)."""
+    inside, _hosts = _dumps(hits)
     waiting = {rank for rank, waits in inside.items() if waits}
     elsewhere = set(inside) - waiting
     if not waiting or not elsewhere or len(elsewhere) > len(waiting):

@@ -196,6 +196,16 @@ def _one_task_a_node(hits: Sequence[Hit]) -> bool:
     return bool(torch_ranks) and max(torch_ranks) + 1 >= 2 * n
 
 
+def _ranks_beyond_labels(hits: Sequence[Hit]) -> bool:
+    """Lines under srun's labels name, in their own text, two or more ranks beyond every label (`3: [E
+    ProcessGroupNCCL.cpp:475] [Rank 24] Watchdog ...`, older torch with no `[rankN]:` prefix): the labels count
+    the nodes' launchers, not the ranks (round 77c)."""
+    labels = {int(h.fields["srun_label"]) for h in hits if h.fields.get("srun_label", "").isdigit()}
+    beyond = {int(h.fields["own_rank"]) for h in hits if "srun_label" in h.fields
+              and h.fields.get("own_rank", "").isdigit() and int(h.fields["own_rank"]) > max(labels, default=0)}
+    return len(beyond) >= 2
+
+
 def _ds_per_node(hits: Sequence[Hit]) -> bool:
     """srun reported tasks of a job whose DeepSpeed launcher printed its `global_rank_mapping=`: that mapping is
     printed by `deepspeed.launcher.launch`, one per node, so srun's tasks were those launchers (round 21)."""
@@ -215,7 +225,7 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
             != h.fields.get("srun_label") for h in hits) and not any(
             h.signature == "torchrun_cmd" and _SRUN_TORCHRUN.search(h.text) or _RAY_TRAIN.match(h.text)
             or h.signature == "srun_node_rank_launch" for h in hits
-    ) and not _one_task_a_node(hits) and not _ds_per_node(hits):
+    ) and not _one_task_a_node(hits) and not _ds_per_node(hits) and not _ranks_beyond_labels(hits):
         return list(hits), False
     task_host: dict[str, str] = {}
     for h in hits:

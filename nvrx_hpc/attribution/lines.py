@@ -359,6 +359,9 @@ def classify_line(
         fields.setdefault("pid", nccl.group("pid"))
     if label is not None:  # srun's task: the rank, unless srun started launchers (localise.launcher_tasks)
         fields["task_label" if label[1] else "srun_label"] = str(label[0])
+        inline = _first_int(_INLINE_RANK.search(text)) if rank == label[0] and "own_rank" not in fields else None
+        if inline is not None and inline != rank:
+            fields["own_rank"] = str(inline)  # older torch's `[Rank 24] Watchdog ...` under a launcher's label
     outer, inner = torch_rank_prefixes(raw) if "]:[rank" in raw else (None, None)
     if inner is not None and inner == rank and outer is not None:
         fields["rank_tee"] = str(outer)  # torchrun's local prefix outside torch's global one (local_ranks.py)

@@ -31,7 +31,7 @@ from nvrx_hpc.attribution.dcp_ranks import failed_ranks
 from nvrx_hpc.attribution.dead_peer import killed_first
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, LINK_EVENTS, SET_UP_SIGNATURES, fabric_wide
 from nvrx_hpc.attribution.gpu_bus import idle_gpu_rank, rank_on_device, ranks_on_buses
-from nvrx_hpc.attribution.hang_suspects import DIVERGED, SUSPECT_WHY, hang_suspects
+from nvrx_hpc.attribution.hang_suspects import DIVERGED, SUSPECT_WHY, dump_hosts, hang_suspects
 from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
@@ -204,6 +204,8 @@ def decide(f: Findings) -> Verdict:
         suspects, how = hang_suspects(f.hits, universe)
         ranks, nodes_from_co = list(suspects), False
         found_by = SUSPECT_WHY[how]
+        if how == "elsewhere":  # the hosts the suspects' own dumps were taken on
+            rank_nodes = {**dump_hosts(f.hits), **rank_nodes}
         diverged = how in DIVERGED
     elif root.strength == 1:
         # Only teardown lines (srun task exits, torchrun's summary, terminate): the failure is real,

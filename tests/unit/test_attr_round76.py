@@ -109,3 +109,33 @@ def test_dumps_under_a_loops_pid_and_rank_banners_name_the_ranks_outside_the_col
                                                       p2p if r in (6, 7) else gather)]
     v = _verdict(tmp_path, {"pyspy_all_ranks.txt": dumps, "slurm-99821.out": ["iteration 1200 | loss 2.31"]})
     assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (6, 7)
+
+
+# ---- round 77 ----------------------------------------------------------------------------------------------------
+
+
+def test_older_torchs_inline_rank_under_a_launchers_srun_label_is_the_rank(tmp_path):
+    out = [f"{n}: [E ProcessGroupNCCL.cpp:475] [Rank {r}] Watchdog caught collective operation timeout: "
+           f"WorkNCCL(SeqNum=118344, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1802379 "
+           "milliseconds before timing out." for r in range(1, 32) for n in (r // 8,)]  # fmt: skip
+    out += [f"srun: error: hgx-a01{2 + n}: task {n}: Exited with exit code 1" for n in range(4)]
+    v = _verdict(tmp_path, {"slurm-9930412.out": out})
+    assert v.category is Category.DISTRIBUTED_HANG
+    assert v.culprit.ranks == (0,) and v.culprit.nodes == ("hgx-a012",)
+
+
+def test_a_one_node_dump_named_by_its_local_rank_and_taken_on_its_host(tmp_path):
+    def dump(local: int, frames: list[str]) -> list[str]:
+        pid = 30417 + local
+        return [f'jhkim@gpu-n17:~$ sudo env "PATH=$PATH" py-spy dump --pid {pid}',
+                f"Process {pid}: /usr/bin/python -u train_ft.py --local_rank={local} --bs 64",
+                "Python v3.8.11 (/usr/bin/python3.8)", "", f'Thread {pid} (active): "MainThread"', *frames, ""]
+    own = ["    _sync_params (torch/nn/parallel/distributed.py:1170)", "    validation (train_ft.py:212)"]
+    barrier = ["    barrier (torch/distributed/distributed_c10d.py:2524)", "    train (train_ft.py:178)"]
+    dumps = [line for local in range(4) for line in dump(local, own if local == 0 else barrier)]
+    console = ["[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: "
+               "WorkNCCL(SeqNum=90211, OpType=BARRIER, Timeout(ms)=1800000) ran for 1800482 milliseconds before "
+               "timing out."]  # fmt: skip
+    v = _verdict(tmp_path, {"py-spy.txt": dumps, "console.txt": console})
+    assert v.category is Category.DISTRIBUTED_HANG
+    assert v.culprit.ranks == (0,) and v.culprit.nodes == ("gpu-n17",)
