@@ -30,7 +30,7 @@ from nvrx_hpc.slurm.hostlist import HostlistError, expand
 __all__ = ["node_of_file", "traceback_ranks", "sample_file", "FileSample", "align_years", "enrich", "drop_recovered",
            "name_oom_victims", "name_victims", "rank_nodes", "known_ranks"]
 
-_KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "messages")
+_KERNEL_WORDS = ("journalctl", "journal", "dmesg", "syslog", "kern", "kernel", "messages", "slurmd")  # one node's logs
 _EXTENSIONS = (".gz", ".log", ".txt", ".out", ".err")
 _HOSTISH = re.compile(r"^[A-Za-z][\w.-]*$")
 _LEAD = LEAD_STAMP.encode()  # a collector's stamp before the runner prefix (lines.LEAD_STAMP)

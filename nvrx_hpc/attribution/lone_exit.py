@@ -122,3 +122,19 @@ def the_only_host(hits: Sequence[Hit], job: Iterable[str]) -> list[str]:
     there, round 40); [] otherwise."""
     hosts = {h.node for h in hits if h.node} | set(job)
     return sorted(hosts) if len(hosts) == 1 else []
+
+
+_CRASHED = ("Segmentation fault", "Bus error", "Aborted")
+
+
+def crashed_on_node(nodes: Sequence[str], hits: Sequence[Hit]) -> list[int]:
+    """[rank] of the one task srun (or the kernel) saw crash (`srun: error: cn125: task 13: Segmentation fault`) on the
+    one node of a host fault that names no rank (its memory's machine-check errors, round 77d): the process the fault
+    hit; [] when srun saw none or several crash there."""
+    if len(set(nodes)) != 1:
+        return []
+    crashed = [h for h in hits if h.node == nodes[0] and (h.signature == "segfault" or h.signature == "srun_task_exit"
+                                                           and h.fields.get("what", "").startswith(_CRASHED))]
+    tasks = {t for h in crashed for t in ranks_of(h.fields.get("tasks", ""))}
+    tasks |= {h.rank for h in crashed if not h.fields.get("tasks") and h.rank is not None}
+    return sorted(tasks) if len(tasks) == 1 else []

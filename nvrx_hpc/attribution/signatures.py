@@ -128,11 +128,11 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     Signature(
         "node_failure", _H, _ROOT,
         r"(?:\*\*\* (?:JOB|STEP) [\d.]+\w* ON (?P<survivor>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE|"
-        r"srun: error: Node failure on (?P<failed>[\w.-]+)|"
+        r"(?:srun|salloc|sbatch): error: Node failure on (?P<failed>[\w.-]+)|"  # salloc's own (round 77d)
         r"[Jj]ob (?:was|has been) (?:preempted|requeued|killed|aborted) due to node failure)",  # PBS's mail (71a)
         ("NODE FAILURE", "Node failure", "due to node failure"), True,
         "the scheduler (Slurm, PBS) reported a node failure",
-        ("srun: error: Node failure on n3",),
+        ("srun: error: Node failure on n3", "salloc: error: Node failure on worker-6"),
     ),
     Signature(  # the kubelet's graceful node shutdown (a cloud VM taken back or maintained): the node went away
         "k8s_node_shutdown", _H, _ROOT, r"Pod was terminated in response to imminent node shutdown",

@@ -36,6 +36,7 @@ from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
 from nvrx_hpc.attribution.lone_exit import (
+    crashed_on_node,
     every_node_alike,
     every_rank_of_node,
     exited_on_node,
@@ -244,6 +245,8 @@ def decide(f: Findings) -> Verdict:
         ranks = lone_exit_rank(f.hits)  # an unranked traceback (or OSError): the one task that exited on its own
     if category is Category.HOST and root.kind == "log" and not ranks and not any(c.nodes for c in co):
         ranks = lone_exit_tasks(f.hits)  # a node's fault that names no node: the one node srun saw fail on its own
+    if root.signature == "host_kernel_fault" and not ranks:
+        ranks = crashed_on_node(sorted({n for c in co for n in c.nodes}), f.hits)  # the process the fault hit
     if root.signature == "linux_oom_kill" and root.kind == "log" and not ranks:
         ranks = killed_workers_ranks(f.hits)  # the rank whose data loader's worker the kernel killed
     if (category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) or root.signature == "linux_oom_kill") \

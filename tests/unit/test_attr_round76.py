@@ -139,3 +139,38 @@ def test_a_one_node_dump_named_by_its_local_rank_and_taken_on_its_host(tmp_path)
     v = _verdict(tmp_path, {"py-spy.txt": dumps, "console.txt": console})
     assert v.category is Category.DISTRIBUTED_HANG
     assert v.culprit.ranks == (0,) and v.culprit.nodes == ("gpu-n17",)
+
+
+def test_a_prolog_failure_in_a_nodes_own_slurmd_log_names_that_node(tmp_path):
+    slurmd = ["[2018-05-17T01:05:47.302] error: /etc/slurm/prolog.d: No such file or directory",
+              "[2018-05-17T01:05:47.302] error: [job 23] prolog failed status=254:0"]
+    v = _verdict(tmp_path, {"hpc-g2_slurmd.log": slurmd, "session.txt": ["$ srun -N2 hostname"]})
+    assert v.category is Category.SCHEDULER and v.culprit.nodes == ("hpc-g2",)
+
+
+def test_sallocs_node_failure_is_the_lost_node_and_its_ranks(tmp_path):
+    hosts = ("worker-3", "worker-7", "worker-6", "worker-8")
+    out = ["[mkrol@login-0 run]$ salloc -N4 --gpus-per-node=8 --exclusive -t 12:00:00",
+           "salloc: Nodes worker-[3,6-8] are ready for job", "[mkrol@login-0 run]$ srun -l -N4 -n4 hostname | sort"]
+    out += [f"{n}: {host}" for n, host in enumerate(hosts)]
+    out += ["[mkrol@login-0 run]$ srun -l -N4 -n4 --ntasks-per-node=1 bash -c 'echo \"node_rank=$SLURM_NODEID "
+            "host=$(hostname)\"; torchrun --nnodes=4 --nproc_per_node=8 --node_rank=$SLURM_NODEID train.py'"]
+    out += [f"{n}: node_rank={n} host={host}" for n, host in enumerate(hosts)]
+    out += [f"{n}: [rank{r}]:[E611 09:31:58.4 ProcessGroupNCCL.cpp:2271] [PG ID 1 PG GUID 1 Rank {r}] failure "
+            "detected by watchdog at work sequence id: 5518 PG status: last enqueued work: 5518, last completed "
+            "work: 5517" for n in (0, 1, 3) for r in range(8 * n, 8 * n + 8)]  # fmt: skip
+    out += ["salloc: error: Node failure on worker-6"]
+    out += [f"srun: error: {hosts[n]}: task {n}: Exited with exit code 1" for n in (0, 1, 3)]
+    v = _verdict(tmp_path, {"salloc_terminal.txt": out})
+    assert v.category is Category.HOST and v.culprit.nodes == ("worker-6",)
+    assert v.culprit.ranks == tuple(range(16, 24))
+
+
+def test_a_machine_check_names_the_one_process_that_crashed_on_its_node(tmp_path):
+    out = [f"{r}: rank {r}/16 on cn12{1 + r // 4 + (r >= 12)} using cuda:{r % 4}" for r in range(16)]
+    out += ["srun: error: cn125: task 13: Segmentation fault (core dumped)",
+            "srun: error: cn125: tasks 12,14-15: Terminated"]
+    kernel = ["Sep 30 20:41:17 cn125 kernel: mce: [Hardware Error]: Machine check events logged",
+              "Sep 30 20:41:17 cn125 kernel: EDAC MC1: 1 CE memory read error on CPU_SrcID#1_Ha#0_Chan#2_DIMM#0"]
+    v = _verdict(tmp_path, {"slurm-36.out": out, "cn125_journal.txt": kernel})
+    assert v.category is Category.HOST and v.culprit.nodes == ("cn125",) and v.culprit.ranks == (13,)
