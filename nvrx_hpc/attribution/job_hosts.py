@@ -42,10 +42,22 @@ def _sacct_column(data: bytes) -> set[str]:
         for line in lines[1:]:
             if not line.strip()[:1].isdigit():
                 break  # the table ended: each row starts with its job id
-            cells = [line[a:b].strip() for a, b in _widened(spans)]
-            if state_at is None or cells[state_at].split(b" ")[0] not in _ENDED_WELL:
+            cells = _cells(line, names, spans)
+            if cells and (state_at is None or cells[state_at].split(b" ")[0] not in _ENDED_WELL):
                 found.add(cells[node_at].decode(errors="replace"))
     return found
+
+
+def _cells(line: bytes, names: list[bytes], spans: list[tuple[int, int]]) -> list[bytes]:
+    """A row's cells: split on blanks when it has as many as the header (no field empty), else cut at the columns'
+    spans when no cut falls inside a word (a table pasted out of line is skipped)."""
+    words = line.split()
+    if len(words) == len(names):
+        return words
+    cuts = [end for _start, end in _widened(spans)[:-1]]
+    if any(0 < cut < len(line) and line[cut - 1 : cut + 1].strip() == line[cut - 1 : cut + 1] for cut in cuts):
+        return []
+    return [line[a:b].strip() for a, b in _widened(spans)]
 
 
 def _widened(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

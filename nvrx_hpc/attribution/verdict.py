@@ -68,6 +68,8 @@ _ALIKE = {(Category.UNKNOWN, 1), (Category.FRAMEWORK_CRASH, 2), (Category.FRAMEW
 
 # the node a Ray line names by address: its raylet's or actor's prefix, or its memory monitor's report (round 61b)
 _RAY_ADDRESS = re.compile(r"^\([\w-]+(?:,? pid=\d+)?, ip=([\d.]+)\)|Memory on the node \(IP: ([\d.]+),")
+# the node a Ray memory kill was on, in the raylet's report or the memory monitor's: where no log names its host
+_RAY_KILLED_ON = re.compile(r"\bat node \(ID: \w+, IP: ([\d.]+)\)|Memory on the node \(IP: ([\d.]+),")
 
 
 def _rank_nodes(f: Findings) -> dict[int, str]:
@@ -319,6 +321,10 @@ def decide(f: Findings) -> Verdict:
         nodes = the_only_host(f.hits, (*f.listed_nodes, *f.job_nodes))  # a one-node job: where it happened (lone_exit)
         if not nodes and not f.listed_nodes and not f.job_nodes and not any(h.node for h in f.hits):
             nodes = sorted(f.prompt_hosts) if len(f.prompt_hosts) == 1 else []
+    killed_on = [m.group(1) or m.group(2) for c in co
+                 if c.kind == "log" and (m := _RAY_KILLED_ON.search(c.evidence.text))]
+    if not nodes and root.kind == "log" and killed_on:
+        nodes = killed_on[:1]  # round 78a
     nodes, gpus = short_hosts(nodes), short_hosts(gpus)
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
     if category in (Category.APPLICATION, Category.NUMERICAL):

@@ -174,3 +174,28 @@ def test_a_machine_check_names_the_one_process_that_crashed_on_its_node(tmp_path
               "Sep 30 20:41:17 cn125 kernel: EDAC MC1: 1 CE memory read error on CPU_SrcID#1_Ha#0_Chan#2_DIMM#0"]
     v = _verdict(tmp_path, {"slurm-36.out": out, "cn125_journal.txt": kernel})
     assert v.category is Category.HOST and v.culprit.nodes == ("cn125",) and v.culprit.ranks == (13,)
+
+
+# ---- round 78 ----------------------------------------------------------------------------------------------------
+
+
+def test_rays_memory_monitor_names_the_node_of_the_worker_it_killed(tmp_path):
+    log = ["(raylet) [2025-10-11 12:03:19,771 E 3529 3529] (raylet) node_manager.cc:3064: 1 Workers (tasks / actors) "
+           "killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: 7c21e0d9, IP: "
+           "10.4.77.21) over the last time period.",
+           "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+           "Memory on the node (IP: 10.4.77.21, ID: 7c21e0d9a4f3) where the task was running was 1.86TB / 1.95TB "
+           "(0.953 / 0.95), which exceeds the memory usage threshold of 0.95."]  # fmt: skip
+    v = _verdict(tmp_path, {"llamafactory_ray_train.log": log})
+    assert v.category is Category.HOST and v.culprit.nodes == ("10.4.77.21",)
+
+
+def test_an_sacct_table_pasted_out_of_line_names_no_host():
+    table = b"\n".join([
+        b"JobID                     JobName  Partition        NodeList    Elapsed      State ExitCode     MaxRSS",
+        b"------------ -------------------- ---------- --------------- ---------- ---------- -------- ----------",
+        b"712044                  skyrl-h100     gpu-h100        c611-071   00:39:11     FAILED      1:0",
+    ])
+    from nvrx_hpc.attribution.job_hosts import scheduler_hosts
+
+    assert scheduler_hosts(table) == set()  # the column cuts fall inside its words: no half a host name
