@@ -24,6 +24,7 @@ from nvrx_hpc.attribution.api import (
     Culprit,
     Evidence,
     Hit,
+    TimelineEvent,
     Verdict,
 )
 from nvrx_hpc.attribution.causes import Cause, Findings, cause_key, gather_causes
@@ -81,6 +82,19 @@ def _shown_ranks(hits: Sequence[Hit]) -> set[int]:
     shown = [h.fields["shown"] for h in hits if h.signature == "torchrun_cmd" and h.fields.get("shown")
              and (h.fields.get("nnodes") or "1") == "1"]
     return {int(r) for r in shown[0].split(",")} if len(set(shown)) == 1 else set()
+
+
+def _port_down_guess(f: Findings, timeline: tuple[TimelineEvent, ...]) -> Verdict | None:
+    """Nothing failed in the logs, but one host's pasted port listing shows a port down: what the user suspected (a
+    job stuck in its connection set-up, round 76b). A guess, so a low confidence; None unless exactly one host."""
+    down = sorted(short_hosts({h.node for h in f.hits if h.signature == "ib_port_down" and h.node}))
+    if len(down) != 1:
+        return None
+    return Verdict(
+        category=Category.NETWORK, root_cause=f"no failure line; {down[0]} shows an InfiniBand port down",
+        culprit=Culprit(nodes=tuple(down)), restartable=True, confidence=0.3, timeline=timeline,
+        action=Action.EXCLUDE_AND_RETRY, exclude_nodes=tuple(down),
+    )
 
 
 def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause | None, tuple[int, ...]]:
@@ -161,20 +175,8 @@ def decide(f: Findings) -> Verdict:
     causes = gather_causes(f, record_time)
     root, hit_ranks = _pick_root(causes, rank_nodes)
     timeline = build_timeline(f.events, f.records, f.health, f.hits, rank_nodes)
-    down = {h.node for h in f.hits if h.signature == "ib_port_down" and h.node}
-    if root is None and len(down) == 1:
-        # nothing failed in the logs but one host's pasted port listing shows a port down: what the user suspected
-        # (a job stuck in its connection set-up, round 76b); a guess, so a low confidence
-        return Verdict(
-            category=Category.NETWORK,
-            root_cause=f"no failure line; {next(iter(down))} shows an InfiniBand port down",
-            culprit=Culprit(nodes=tuple(short_hosts(down))),
-            restartable=True,
-            confidence=0.3,
-            timeline=timeline,
-            action=Action.EXCLUDE_AND_RETRY,
-            exclude_nodes=tuple(short_hosts(down)),
-        )
+    if root is None and (guess := _port_down_guess(f, timeline)) is not None:
+        return guess
     if root is None:
         return Verdict(
             category=Category.UNKNOWN,
@@ -324,7 +326,7 @@ def decide(f: Findings) -> Verdict:
     killed_on = [m.group(1) or m.group(2) for c in co
                  if c.kind == "log" and (m := _RAY_KILLED_ON.search(c.evidence.text))]
     if not nodes and root.kind == "log" and killed_on:
-        nodes = killed_on[:1]  # round 78a
+        nodes = killed_on[:1]  # Ray's own report of the kill names the node, by address (round 78a)
     nodes, gpus = short_hosts(nodes), short_hosts(gpus)
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
     if category in (Category.APPLICATION, Category.NUMERICAL):
