@@ -84,9 +84,10 @@ def _odd_operation(victims: Sequence[Hit]) -> tuple[int, ...] | None:
 
 
 def _timed_out_earlier(victims: Sequence[Hit]) -> tuple[int, ...]:
-    """The ranks, half the reporters at most, whose watchdog timed out in an earlier call of the same operation and
-    process group than the others' (`SeqNum=5184` against `5186`, a few calls apart): the others issued later ones,
-    so these fell behind and the others wait for them (round 74a)."""
+    """The ranks, fewer than half the reporters (one of two), whose watchdog timed out in an earlier call of the same
+    operation and process group than the others' (`SeqNum=5184` against `5186`, a few calls apart): the others
+    issued later ones, so these fell behind and the others wait for them (round 74a). Or a quarter at most that timed
+    out a few calls after all the others, which agree: their code went its own way (round 80d)."""
     seqs: dict[int, tuple[str | None, str, int]] = {}
     for h in victims:
         if h.signature == "watchdog_timeout" and h.fields.get("seq", "").isdigit() and h.fields.get("op"):
@@ -97,7 +98,12 @@ def _timed_out_earlier(victims: Sequence[Hit]) -> tuple[int, ...]:
     if last - first > _FEW_CALLS:  # thousands apart: two groups' counts that the lines do not tell apart
         return ()
     lagging = sorted(rank for rank, work in seqs.items() if work[2] < last)
-    return tuple(lagging) if lagging and len(lagging) <= len(seqs) // 2 else ()
+    if lagging and len(lagging) <= max(1, (len(seqs) - 1) // 2):  # fewer than half (one of two)
+        return tuple(lagging)
+    # the other way round: a few ranks, a quarter at most, counted more calls than all the others, which agree: they
+    # took another path (a rank with no data left skipped ahead, round 80d)
+    ahead = sorted(rank for rank, work in seqs.items() if work[2] > first)
+    return tuple(ahead) if ahead and len(ahead) <= max(1, len(seqs) // 4) and len(seqs) - len(ahead) >= 3 else ()
 
 
 def _process_rank(h: Hit, one_host: bool) -> int | None:

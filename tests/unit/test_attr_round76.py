@@ -199,3 +199,22 @@ def test_an_sacct_table_pasted_out_of_line_names_no_host():
     from nvrx_hpc.attribution.job_hosts import scheduler_hosts
 
     assert scheduler_hosts(table) == set()  # the column cuts fall inside its words: no half a host name
+
+
+# ---- round 80 ----------------------------------------------------------------------------------------------------
+
+
+def _watchdogs(seqs: dict[int, int]) -> list[str]:
+    return [f"[E ProcessGroupNCCL.cpp:737] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum="
+            f"{seq}, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800311 milliseconds before timing out."
+            for r, seq in seqs.items()]
+
+
+def test_the_one_rank_whose_watchdog_counted_more_calls_than_all_the_others_took_its_own_path(tmp_path):
+    v = _verdict(tmp_path, {"node1.log": _watchdogs({0: 10, 1: 10, 2: 10, 3: 13})})
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (3,)
+
+
+def test_half_the_ranks_ahead_is_no_one_rank_out_of_step(tmp_path):
+    v = _verdict(tmp_path, {"node1.log": _watchdogs({0: 10, 1: 10, 2: 13, 3: 13})})
+    assert v.culprit.ranks == ()
