@@ -28,11 +28,12 @@ _SAME_SIZE = ("ALLREDUCE", "BROADCAST", "REDUCE", "_ALLGATHER_BASE", "_REDUCE_SC
 
 # Ways of finding suspects that took another code path than the others (another operation at the same call, the
 # only rank to enter the collective, a desync report): the program's own divergence, which a restart replays
-DIVERGED = ("mismatch", "alone", "desync")
+DIVERGED = ("mismatch", "alone", "desync", "ahead")
 
 SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
     "missing": "; named because the others' stall reports list them as missing",
     "behind": "; named because they never issued the collective the others wait on",
+    "ahead": "; named because their watchdog counted more calls than every other rank's: their code went its own way",
     "silent": "; named because they report nothing while the others time out",
     "alone": "; named because it alone waited in the collective: the job's other ranks, heard from before, never "
              "entered it",
@@ -83,27 +84,30 @@ def _odd_operation(victims: Sequence[Hit]) -> tuple[int, ...] | None:
     return tuple(sorted(lone))
 
 
-def _timed_out_earlier(victims: Sequence[Hit]) -> tuple[int, ...]:
+def _out_of_step(victims: Sequence[Hit]) -> tuple[tuple[int, ...], str]:
     """The ranks, fewer than half the reporters (one of two), whose watchdog timed out in an earlier call of the same
     operation and process group than the others' (`SeqNum=5184` against `5186`, a few calls apart): the others
-    issued later ones, so these fell behind and the others wait for them (round 74a). Or a quarter at most that timed
-    out a few calls after all the others, which agree: their code went its own way (round 80d)."""
+    issued later ones, so these fell behind and the others wait for them (round 74a): "behind". Or a quarter at most
+    that timed out a few calls after all the others, which agree: their code went its own way (round 80d): "ahead".
+    """
     seqs: dict[int, tuple[str | None, str, int]] = {}
     for h in victims:
         if h.signature == "watchdog_timeout" and h.fields.get("seq", "").isdigit() and h.fields.get("op"):
             seqs.setdefault(h.rank, (_process_group(h.text), h.fields["op"], int(h.fields["seq"])))
     if len(seqs) < 2 or len({work[:2] for work in seqs.values()}) != 1 or len(job_files(victims)) > 1:
-        return ()
+        return (), "none"
     first, last = min(work[2] for work in seqs.values()), max(work[2] for work in seqs.values())
     if last - first > _FEW_CALLS:  # thousands apart: two groups' counts that the lines do not tell apart
-        return ()
+        return (), "none"
     lagging = sorted(rank for rank, work in seqs.items() if work[2] < last)
     if lagging and len(lagging) <= max(1, (len(seqs) - 1) // 2):  # fewer than half (one of two)
-        return tuple(lagging)
+        return tuple(lagging), "behind"
     # the other way round: a few ranks, a quarter at most, counted more calls than all the others, which agree: they
     # took another path (a rank with no data left skipped ahead, round 80d)
     ahead = sorted(rank for rank, work in seqs.items() if work[2] > first)
-    return tuple(ahead) if ahead and len(ahead) <= max(1, len(seqs) // 4) and len(seqs) - len(ahead) >= 3 else ()
+    if ahead and len(ahead) <= max(1, len(seqs) // 4) and len(seqs) - len(ahead) >= 3:
+        return tuple(ahead), "ahead"
+    return (), "none"
 
 
 def _process_rank(h: Hit, one_host: bool) -> int | None:
@@ -166,7 +170,7 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     1. Behind: a rank whose last enqueued collective is before the one the others timed out on
        (`Timeout at NCCL work: N, last enqueued NCCL work: M`, or a dump's `Last enqueued NCCL work: M`)
        never issued it; so too a rank whose watchdog timed out a few calls of the same operation before the
-       others' (`_timed_out_earlier`).
+       others', or a few that counted more calls than all the others (`_out_of_step`).
     2. Silent: when most of the job's ranks report a timeout (or sit in a collective in their stack
        dumps), the ranks that report nothing are the suspects (at most a third of the ranks).
     3. Mismatch: every reporter but one timed out in the same work (sequence number and operation), that one in
@@ -214,9 +218,9 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     reporters = {r for r, _s, _e in progress}
     if behind and behind != reporters:
         return tuple(sorted(r for r in behind if r is not None)), "behind"
-    lagging = _timed_out_earlier(victims)
+    lagging, how = _out_of_step(victims)
     if lagging:
-        return lagging, "behind"
+        return lagging, how
     # Every rank timed out in the same collective call (one sequence number), one of them in another operation
     # than all the others: its code took another path there (rank 0 alone in a checkpoint's REDUCE while the
     # rest gathered FSDP shards, round 28); the others wait on it.

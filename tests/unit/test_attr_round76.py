@@ -213,6 +213,7 @@ def _watchdogs(seqs: dict[int, int]) -> list[str]:
 def test_the_one_rank_whose_watchdog_counted_more_calls_than_all_the_others_took_its_own_path(tmp_path):
     v = _verdict(tmp_path, {"node1.log": _watchdogs({0: 10, 1: 10, 2: 10, 3: 13})})
     assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (3,)
+    assert v.restartable is False  # its code went its own way: a restart replays it
 
 
 def test_half_the_ranks_ahead_is_no_one_rank_out_of_step(tmp_path):
