@@ -88,7 +88,8 @@ def _out_of_step(victims: Sequence[Hit]) -> tuple[tuple[int, ...], str]:
     """The ranks, fewer than half the reporters (one of two), whose watchdog timed out in an earlier call of the same
     operation and process group than the others' (`SeqNum=5184` against `5186`, a few calls apart): the others
     issued later ones, so these fell behind and the others wait for them (round 74a): "behind". Or a quarter at most
-    that timed out a few calls after all the others, which agree: their code went its own way (round 80d): "ahead".
+    that timed out two or more calls after all the others, which agree: their code went its own way (round 80d):
+    "ahead".
     """
     seqs: dict[int, tuple[str | None, str, int]] = {}
     for h in victims:
@@ -105,7 +106,9 @@ def _out_of_step(victims: Sequence[Hit]) -> tuple[tuple[int, ...], str]:
     # the other way round: a few ranks, a quarter at most, counted more calls than all the others, which agree: they
     # took another path (a rank with no data left skipped ahead, round 80d)
     ahead = sorted(rank for rank, work in seqs.items() if work[2] > first)
-    if ahead and len(ahead) <= max(1, len(seqs) // 4) and len(seqs) - len(ahead) >= 3:
+    skew = min((work[2] for work in seqs.values() if work[2] > first), default=first) - first
+    # one call ahead is a kernel that finished before the others' did (round 30); two or more, calls they never made
+    if ahead and skew >= 2 and len(ahead) <= max(1, len(seqs) // 4) and len(seqs) - len(ahead) >= 3:
         return tuple(ahead), "ahead"
     return (), "none"
 
