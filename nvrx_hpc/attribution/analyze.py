@@ -50,6 +50,7 @@ from nvrx_hpc.attribution.localise import (
 )
 from nvrx_hpc.attribution.lost_node import place_lost_daemon
 from nvrx_hpc.attribution.node_ranks import shared_node_ranks
+from nvrx_hpc.attribution.one_host_file import place_by_one_host_file
 from nvrx_hpc.attribution.output_blocks import block_ranks
 from nvrx_hpc.attribution.prompts import place_by_prompts, read_prompts
 from nvrx_hpc.attribution.resources import DiskRow, shm_bus_errors
@@ -58,6 +59,7 @@ from nvrx_hpc.attribution.single_process import single_process_rank
 from nvrx_hpc.attribution.spawn_ranks import spawn_ranks
 from nvrx_hpc.attribution.srun_cancel import hang_before_limit, hung_cancels, other_jobs_ends, own_cancels
 from nvrx_hpc.attribution.stall import stalled_before_limit
+from nvrx_hpc.attribution.store_master import store_on_rank0
 from nvrx_hpc.attribution.verdict import Findings, decide
 from nvrx_hpc.attribution.xid_app import accesses_the_driver_blames
 from nvrx_hpc.core.errors import AttributionError
@@ -133,11 +135,13 @@ def _scan_logs(
     scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int],
     dated: list[float], rank_hosts: dict[int, str], addr_hosts: dict[str, str], disks: list[DiskRow],
     listed: set[str], aliases: dict[str, str], at_prompts: set[str], calls: list[CollSample],
+    file_ranks: dict[str, dict[int, str]],
 ) -> tuple[list[Hit], int]:
     """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show,
     `dated` a few of their dated stamps, `rank_hosts` the hosts their prefixes pair with ranks,
     `addr_hosts` the hosts their lines pair with network addresses, `disks` their `df` rows, `listed` the
-    hosts of the nodelists they print, `aliases` the Slurm names of hosts and addresses."""
+    hosts of the nodelists they print, `aliases` the Slurm names of hosts and addresses, `file_ranks` each file's
+    own rank -> host pairs."""
     hits: list[Hit] = []
     scanned = 0
     # A directory a kernel log is named by (`node036/dmesg.txt`) is that host's: its other files are too.
@@ -154,8 +158,8 @@ def _scan_logs(
             ctx = LineContext(source, rank=rank, year=year, file_index=index,
                               node=node_of_file(path, files.root) or host_dirs.get(path.parent) or named_host)
             found = scanner.scan_file(path, ctx)
-            prompts, env_ranks = read_prompts(path)
-            found = place_by_prompts(found, prompts, file_host=ctx.node)
+            prompts, env_ranks, started = read_prompts(path)
+            found = place_by_prompts(found, prompts, file_host=ctx.node, ranks=started)
             at_prompts.update(host for _, host in prompts if host)
             for r, host in env_ranks.items():
                 rank_hosts.setdefault(r, host)
@@ -164,6 +168,7 @@ def _scan_logs(
             dated.extend(sampled.dated)
             for r, host in sampled.hosts.items():
                 rank_hosts.setdefault(r, host)
+            file_ranks[source] = dict(sampled.hosts)
             for addr, host in sampled.addresses.items():
                 addr_hosts.setdefault(addr, host)
             disks.extend(sampled.disks)
@@ -229,9 +234,11 @@ def analyze(
     aliases: dict[str, str] = {}
     at_prompts: set[str] = set()
     calls: list[CollSample] = []
+    file_ranks: dict[str, dict[int, str]] = {}
     hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks,
-                               listed, aliases, at_prompts, calls)
+                               listed, aliases, at_prompts, calls, file_ranks)
     hits = place_by_file_host(apply_aliases(hits, rank_hosts, addr_hosts, aliases), listed)
+    hits = place_by_one_host_file(hits, file_ranks)
     hits = shm_bus_errors(other_pid_dumps(hits), disks)
     for r in records:
         if r.traceback:
@@ -246,7 +253,8 @@ def analyze(
     hits = rank_pids_by_channels(hits, ((files.source(p), p) for p in files.logs))  # the few pids left unranked
     hits = shared_node_ranks(hang_before_limit(hung_cancels(own_cancels(other_jobs_ends(hits)))))
     hits = stalled_before_limit(hits, {files.source(p): p for p in files.logs})
-    hits = lone_stalled_path(first_gpu_reporter(place_lost_daemon(single_process_rank(place_on_batch_host(hits)))))
+    hits = single_process_rank(place_on_batch_host(store_on_rank0(hits)))
+    hits = lone_stalled_path(first_gpu_reporter(place_lost_daemon(hits)))
     hits = drifted_fingerprints(refused_everywhere(hits))
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]

@@ -49,8 +49,19 @@ _AFTERMATH_MESSAGE = re.compile(r"^NCCL communicator was aborted(?:\.?\s*$| on r
                                 + FOLLOWER_MESSAGE)
 
 
+# A worker the exception reports killed by SIGKILL (`DataLoader worker (pid 12847) is killed by signal: Killed.`): the
+# kernel's OOM killer, as a rule; its own line, where the logs hold it, is the cause, whatever the stamps' order
+# (a log collector's stamps put the exception first, round 83's check of the stamped corpus)
+_SIGKILLED_WORKER = re.compile(r"killed by signal: Killed")
+_WORKER_EXITED = re.compile(r"DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly")
+
+
 def exception_role(name: str, role: Role, category: Category, message: str = "") -> tuple[Role, Category]:
     """(role, category) of a Python exception line by the exception's class name and message."""
+    if _SIGKILLED_WORKER.search(message):
+        return Role.WEAK, Category.HOST
+    if _WORKER_EXITED.search(message):
+        return Role.WEAK, category  # the worker's own end is reported beside it (its signal, the kernel's kill)
     if name not in CASCADE_EXCEPTIONS and _TRANSPORT_MESSAGE.search(message):
         return Role.WEAK, _N
     if _AFTERMATH_MESSAGE.search(message):

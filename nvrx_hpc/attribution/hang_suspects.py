@@ -35,6 +35,7 @@ SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
     "behind": "; named because they never issued the collective the others wait on",
     "ahead": "; named because their watchdog counted more calls than every other rank's: their code went its own way",
     "silent": "; named because they report nothing while the others time out",
+    "late": "; named because its peer timed out waiting and it reported only the peer's abort, after",
     "alone": "; named because it alone waited in the collective: the job's other ranks, heard from before, never "
              "entered it",
     "mismatch": "; named because they timed out in another operation than every other rank",
@@ -167,6 +168,23 @@ def _dumped_outside_collectives(hits: Sequence[Hit]) -> tuple[int, ...] | None:
     return tuple(sorted(elsewhere))
 
 
+def _two_ranks_late(victims: Sequence[Hit], universe: set[int]) -> tuple[int, ...] | None:
+    """Of two ranks, one timed out in its watchdog and the other reported only after it (the peer's abort: `remote
+    process exited`): the other had not arrived when the first gave up (round 82c: still compiling its kernels)."""
+    timed = [h for h in victims if h.signature == "watchdog_timeout" and h.time is not None]
+    if len(universe) != 2 or len({h.rank for h in timed}) != 1:
+        return None
+    other = universe - {timed[0].rank}
+    first = min(h.time for h in timed)
+    after = sorted((h for h in victims if h.rank in other), key=lambda h: h.order)
+    # its report's first line, which carries the program's own stamp (the message's next lines carry none, or a
+    # log collector's)
+    said = next((h.time for h in after if h.time is not None), None)
+    if said is not None and said > first and all(h.signature != "watchdog_timeout" for h in after):
+        return tuple(other)
+    return None
+
+
 def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, ...], str]:
     """The ranks a hang waits on, judged from its victims' lines, and how they were found.
 
@@ -247,6 +265,9 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     silent = universe - reporting
     if len(reporting) >= 2 and silent and len(silent) <= max(1, len(universe) // 3):
         return tuple(sorted(silent)), "silent"
+    late = _two_ranks_late(victims, universe)
+    if late is not None:
+        return late, "late"
     # Alone: a rank's own watchdog (not Horovod's stall warning: rank 0 reports it for all), and the launcher
     # saw that rank end and no other (the others had left: they were not torn down with it)
     own = {h.rank for h in victims if h.signature != "horovod_stall"}

@@ -373,12 +373,16 @@ def name_victims(hits: Sequence[Hit]) -> list[Hit]:
                 crashed[h.node].add(h.rank)
             elif h.fields.get("code") in ("-9", "137"):
                 sigkilled[h.node.split(".")[0]].add(h.rank)
-    # the job's only rank a launcher saw SIGKILLed, anywhere: a batch step's cgroup OOM names no host (round 29)
+    for h in hits:  # mp.spawn's `process 0 terminated with signal SIGKILL`, often with no host (round 82)
+        if h.signature == "mp_spawn_exited" and h.rank is not None and h.fields.get("signal") == "SIGKILL":
+            sigkilled[(h.node or "").split(".")[0]].add(h.rank)
+    # the job's only rank a launcher saw SIGKILLed, anywhere: a batch step's cgroup OOM names no host (round 29), nor
+    # does a pasted `dmesg` (round 82)
     only = [(host, rank) for host, ranks in sigkilled.items() for rank in ranks]
     out = []
     for h in hits:
-        if h.rank is None and not h.node and h.signature == "slurm_oom_kill" and len(only) == 1:
-            h = dataclasses.replace(h, node=only[0][0], rank=only[0][1])
+        if h.rank is None and not h.node and h.signature in ("slurm_oom_kill", "linux_oom_kill") and len(only) == 1:
+            h = dataclasses.replace(h, node=only[0][0] or None, rank=only[0][1])
         if h.rank is None and h.node:
             if h.signature in ("linux_oom_kill", "host_kernel_fault") and _pid(h):
                 victims = killed.get(h.node, set())

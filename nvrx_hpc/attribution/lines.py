@@ -34,7 +34,8 @@ _LEAD = re.compile("^(?:" + _STAMP + r":? |\|\s*" + _STAMP + r"\s*\|\s?){1,2}"
                    r"(?![A-Za-z0-9]*[\d.-][\w.-]* [\w./@-]+(?:\[\d+\])?: )")
 _SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): |^\[(\d{1,7})\]:(?=\[)")  # `12: `; `[1]:[default8]:` (a node index)
 # TorchX (and NeMo-Run through it) puts `role/replica ` before each line: `i.pretrain/0 [default2]:`.
-_TORCHX_ROLE = re.compile(r"^[A-Za-z][\w.-]*/\d{1,5} (?=\s|\[)")
+# A pod's label before torchrun's (a Kubeflow job's `[worker-1] [default5]:`, round 83's stamped check) goes too.
+_TORCHX_ROLE = re.compile(r"^[A-Za-z][\w.-]*/\d{1,5} (?=\s|\[)|^\[[A-Za-z][\w.-]*\] (?=\[default\d)")
 _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
 # mpirun --tag-output: `[1,3]<stderr>:`; Horovod's gloo runner `[3]<stderr>:`, after a ctime stamp with
@@ -74,12 +75,14 @@ _INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank:? (\d{1,
                           r"\|\s*rank\s+(\d{1,7})\s*\||(?<![\w-])(?:global_|world_)?rank=(\d{1,7})\b")
 # NCCL's `host:pid:tid [dev]`, maybe after a logger's bracketed stamp (`[2024-06-23 15:45:07] h:1:2 [0]`, round 46)
 _NCCL_PREFIX = re.compile(r"^(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] )?"
-                          r"(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
+                          # a container's short id is its host name (`5e0b7d31c9af:2211:2211 [0]`, round 83c)
+                          r"(?P<host>[A-Za-z][\w.-]*|[0-9a-f]{12}):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 # `node=h3`; Megatron's result validation: `Rank 10, node gpu-h03, device 2, iteration 7: Unexpected result nan`
 _PY_WARNING = re.compile(r"\b[A-Z]\w*Warning: ")  # `...py:312: UserWarning: `, before a signature's match
 # torchrun's tee prefix behind another launcher's (SkyPilot's `(head, rank=0, pid=7712) [default3]:`, round 53b)
 _TEE = re.compile(r"^(?:\([^()]*\)\s*)?\[default\d+\]:")
-_NODE_WORD = re.compile(r"(?:\bnode[:=] ?|\bRank \d{1,7}, node )(?P<node>[A-Za-z][\w.-]*)")
+# a line that names its node (`node: gpu-3`, `Rank 13, node gpu-3`, a launcher's `on host 'gn-a'`: round 83)
+_NODE_WORD = re.compile(r"(?:\bnode[:=] ?|\bRank \d{1,7}, node |\bon host ')(?P<node>[A-Za-z][\w.-]*)")
 # Ray's prefix of a remote actor's line: `(RayTrainWorker pid=73310, ip=10.8.2.33) ...`, SkyPilot's `(node-1 pid=7,
 # ip=A)`; the address is its host's (aliases.py places the line there where the logs pair the address with a host name).
 # `(raylet, ip=A)`, `(RayTrainWorker pid=7, ip=A)`, a launcher's `(worker8, rank=8, pid=7, ip=A)` (round 37)
@@ -365,6 +368,8 @@ def classify_line(
     outer, inner = torch_rank_prefixes(raw) if "]:[rank" in raw else (None, None)
     if inner is not None and inner == rank and outer is not None:
         fields["rank_tee"] = str(outer)  # torchrun's local prefix outside torch's global one (local_ranks.py)
+    if sig.id == "nccl_comm_init" and tee_local is not None and rank == tee_local and "rank" in fields:
+        rank, tee_local = int(fields.pop("rank")), None  # NCCL's own rank in the communicator beats the local prefix
     if tee_local is not None and rank == tee_local:
         fields["tee_local"] = str(tee_local)  # the rank is torchrun's local one (see localise.enrich)
     if node is None:

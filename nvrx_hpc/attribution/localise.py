@@ -54,7 +54,9 @@ _BANNERS = ((re.compile(rb"rank[ =:][ \t]*(\d{1,6})\b[^\n]{0,160}?(?<![\w-])" + 
 # A per-node launcher's banner that names its host in the line's lead and the range of global ranks it
 # runs (`[gx-203] torchrun node_rank=2: local ranks 0-3 -> global ranks 8-11`, `[nid001229] rank 0-3 up`,
 # pdsh's `gx-203: ranks 8-11`); a local range is not the ranks.
-_LEAD_HOST = rb"(?m)^(?:\[([A-Za-z][\w-]*[\d-][\w.-]*)\]|([a-z][\w-]*[\d-][\w.-]*):) "  # `[host] ` or `host: `
+# `[host] ` or `host: `, behind a log collector's stamp too (`2024-11-01T21:03:15.000Z [gpu-d12] NODE_RANK=3`)
+_LEAD_HOST = (rb"(?m)^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z? )?"
+              rb"(?:\[([A-Za-z][\w-]*[\d-][\w.-]*)\]|([a-z][\w-]*[\d-][\w.-]*):) ")
 _RANGE_BANNER = re.compile(_LEAD_HOST + rb"[^\n]{0,160}?"
                            rb"(?<![\w-])(?<!local )(?:global )?ranks? (\d{1,6})-(\d{1,6})\b")
 # the same as key=value pairs (`[launcher] task 3 host=gb-r10-n03 ranks=12-15`, round 37)

@@ -123,6 +123,7 @@ def sample_addresses(data: bytes) -> dict[str, str]:
     return out
 
 
+_IP_TEXT = re.compile(r"(?:\d{1,3}\.){3}\d{1,3}")
 _PEERLESS = "nccl_ib_completion_unnamed"  # NCCL before 2.4: `Got completion with error 12`, no peer named
 
 
@@ -190,8 +191,23 @@ def peer_suspect(
     top, voters = ranked[0]
     if len(voters) < 2 or (len(ranked) > 1 and len(ranked[1][1]) == len(voters)):
         return _port_down(hits, reporters) or PeerFinding(None, None, reporters, len(voters))
-    node = top if top in known or top in hosts.values() else None
+    job = known | set(hosts.values())
+    node = top if top in job else _left_over(top, job, hosts, {h for h, _ in named})
     return PeerFinding(node, top, reporters, len(voters))
+
+
+def _left_over(peer: str, known: set[str], hosts: Mapping[str, str], reporters: set[str]) -> str | None:
+    """The one host of the job that an address no line pairs with a host can be: every other host of the job
+    reported the error or has an address of its own on the peer's network (round 81: the reporters' `localGid`s
+    are theirs, so the peer they all name is the job's remaining host); None when none or several are left."""
+    if not _IP_TEXT.fullmatch(peer):
+        return None
+    net = peer.rsplit(".", 1)[0]
+    on_net = {host for addr, host in hosts.items() if addr.rsplit(".", 1)[0] == net}
+    if not on_net:
+        return None  # no host of the job is on the peer's network: it may be no host of the job at all
+    left = known - reporters - on_net
+    return next(iter(left)) if len(left) == 1 else None
 
 
 def _one_reporters_peer(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from nvrx_hpc.attribution.api import Hit
@@ -22,8 +22,9 @@ __all__ = ["prompt_hosts", "env_rank_hosts", "read_prompts", "place_by_prompts"]
 _MAX_BYTES = 1 << 20  # a pasted session; a large log is a program's output, not a terminal's
 # `[user@host ~]$ cmd`, `user@host:~/run$ cmd`, `(venv) root@host:/# cmd`, zsh's `user@host ~ % cmd`; the host's
 # domain is dropped. A container's host name is its short id (`root@7be21c94d0fa:/workspace#`), round 75b.
-_PROMPT = re.compile(
-    rb"(?m)^(?:\([\w.-]+\) )?\[?[a-z_][\w.-]*@([A-Za-z][\w-]*|[0-9a-f]{12})[\w.-]*(?::[^\s$#]*|\s[^\n$#\]]{0,80})"
+_PROMPT = re.compile(  # behind a log collector's stamp too (`2024-06-11T09:13:31.000Z yli@dgx-lab02:~$ ...`)
+    rb"(?m)^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z? )?"
+    rb"(?:\([\w.-]+\) )?\[?[a-z_][\w.-]*@([A-Za-z][\w-]*|[0-9a-f]{12})[\w.-]*(?::[^\s$#]*|\s[^\n$#\]]{0,80})"
     rb"\]?[$#%] ?([^\n]*)$"
 )
 # a bare `$ cmd` prompt names no host: only a command run on another (`$ ssh gpn-c14 dmesg -T`) places its output
@@ -83,10 +84,20 @@ _MACHINE_FILES = re.compile(r"(?:^|[\s<])/(?:proc|sys|var/log|dev/shm)/")
 _WRAPPERS = frozenset({"sudo", "time", "nice", "command", "env"})
 _SHARED_FILE = re.compile(r"slurm-\d|\.out\b|\.err\b|/(?:lustre|gpfs|scratch|home|shared|nfs|project)s?/")
 _REMOTE = re.compile(
-    r"(?:^|[;&|(]\s*)(?:ssh(?:\s+-\S+(?:\s+\d+)?)*\s+(?:[\w.-]+@)?([A-Za-z][\w-]*)|"
+    # ssh's options that take an argument (`-o PasswordAuthentication=no`, `-p 2222`) are not its host (round 83)
+    r"(?:^|[;&|(]\s*)(?:ssh(?:\s+-[bcDEeFIiJLlmOopQRSWw]\s*\S+|\s+-\w+)*\s+(?:[\w.-]+@)?"
+    r"([A-Za-z][\w-]*|(?:\d{1,3}\.){3}\d{1,3}(?![\w.]))|"
     r"srun\b[^;|&]*?(?:-w\s*|--nodelist[= ])([A-Za-z][\w-]*[\d-][\w-]*))"
 )
 _NOT_HOSTS = frozenset({"localhost"})
+# `hostname` run at a prompt names the machine, where the prompt shows a container's id (round 82)
+_HOSTNAME = re.compile(r"^(?:sudo\s+)?hostname(?:\s+-[sf])?\s*$")
+_NAME_LINE = re.compile(rb"\s*([A-Za-z][\w-]*[\d-][\w-]*)(?:\.[\w.-]+)?\s*$")
+# a program started at a prompt as one rank of a job (`torchbiggraph_train --rank 2 cfg.py`): its output is that
+# rank's; not a launcher's `--node_rank` or a worker's `--local_rank` (round 82)
+_RANK_FLAG = re.compile(r"(?<![\w-])--rank[= ](\d{1,6})\b")
+# a command that starts several processes itself: its `--rank` is the node's (PyTorch's ImageNet example)
+_SPAWNS = re.compile(r"multiprocessing[-_]distributed|--nproc|--gpus?\b|--ngpus")
 # a variable as `env`, `printenv` and `/proc/<pid>/environ` split on NULs print it, alone or joined on a line
 _ENV_RANK = re.compile(rb"(?m)(?:^|[ \t])(?:export )?(?:RANK|SLURM_PROCID|OMPI_COMM_WORLD_RANK|PMI_RANK)="
                        rb"(\d{1,6})(?=[ \t]|$)")
@@ -97,7 +108,8 @@ _ENV_RANK = re.compile(rb"(?m)(?:^|[ \t])(?:export )?(?:RANK|SLURM_PROCID|OMPI_C
 _SCRIPT = re.compile(r"^(?:(?:ba|z|da)?sh\s+(?:-\w+\s+)*)?\S*\.sh\b")
 _STARTED_HERE = re.compile(
     rb"(?m)^\++ (?:\S+/)?(?:torchrun|python[\d.]*\s+-m\s+torch\.distributed\.(?:run|launch))\b"
-    rb"|^Setting OMP_NUM_THREADS environment variable for each process"
+    rb"|^(?:\[[\d :,.-]+\] torch\.distributed\.run: \[WARNING\] )?"  # newer torch logs it (round 81)
+    rb"Setting OMP_NUM_THREADS environment variable for each process"
 )
 
 
@@ -121,7 +133,7 @@ def _command_host(prompt_host: str | None, command: str, output: bytes = b"") ->
     if _TORCH_RUN.match(" ".join([program, *words[1:]])):
         program = "torchrun"
 
-    if program not in _LOCAL and program not in _NODE_LAUNCHERS:
+    if program not in _LOCAL and program not in _NODE_LAUNCHERS and not _RANK_FLAG.search(command):
         return None
     if program in {"cat", "grep", "egrep", "tail", "head", "less", "zgrep", *_NODE_LAUNCHERS} \
             and _SHARED_FILE.search(command):
@@ -141,11 +153,39 @@ def prompt_hosts(data: bytes) -> list[tuple[int, str | None]]:
     prompts += [(m.start(), m.end(), None, m.group(1)) for m in _BARE_PROMPT.finditer(data) if m.start() not in taken]
     prompts.sort()
     ends = [p[0] for p in prompts[1:]] + [len(data)] * bool(prompts)  # its output runs to the next prompt
+    names = _hostnames(data, prompts, ends)
     for (start, stop, host, command), end in zip(prompts, ends, strict=True):
         line += data.count(b"\n", pos, start)
         pos = start
+        host = names.get(host, host) if host is not None else None
         placed = _command_host(host, command.decode(errors="replace"), data[stop:end])
         found.append((line, placed if host is not None or _REMOTE.search(command.decode(errors="replace")) else None))
+    return found
+
+
+def _hostnames(data: bytes, prompts: Sequence[tuple[int, int, str | None, bytes]], ends: Sequence[int]) -> dict:
+    """prompt host -> the name `hostname` printed under one of its prompts (a container's id -> its node)."""
+    names: dict[str, str] = {}
+    for (_start, stop, host, command), end in zip(prompts, ends, strict=True):
+        if host is not None and _HOSTNAME.match(command.decode(errors="replace").strip()):
+            m = _NAME_LINE.match(data, stop, end)
+            if m is not None and m.group(1).decode() != host:
+                names.setdefault(host, m.group(1).decode())
+    return names
+
+
+def prompt_ranks(data: bytes, prompts: Sequence[tuple[int, str | None]]) -> dict[int, int]:
+    """prompt line -> the rank its command starts (`_RANK_FLAG`), for the prompts that place their output."""
+    found: dict[int, int] = {}
+    if b"--rank" not in data:
+        return found
+    lines = data.split(b"\n")
+    for line, host in prompts:
+        m = _PROMPT.match(lines[line - 1]) if host and line <= len(lines) else None
+        command = m.group(2).decode(errors="replace") if m else ""
+        flag = _RANK_FLAG.search(command)
+        if flag is not None and not _SPAWNS.search(command):
+            found[line] = int(flag.group(1))
     return found
 
 
@@ -166,24 +206,26 @@ def env_rank_hosts(data: bytes, prompts: Sequence[tuple[int, str | None]]) -> di
     return found
 
 
-def read_prompts(path: Path) -> tuple[list[tuple[int, str | None]], dict[int, str]]:
-    """The prompts of a pasted session (`prompt_hosts`) and the ranks its environment listings place
-    (`env_rank_hosts`); nothing for a file too large to be one."""
+def read_prompts(path: Path) -> tuple[list[tuple[int, str | None]], dict[int, str], dict[int, int]]:
+    """The prompts of a pasted session (`prompt_hosts`), the ranks its environment listings place
+    (`env_rank_hosts`) and the ranks its commands start (`prompt_ranks`); nothing for a file too large to be one."""
     try:
         if path.stat().st_size > _MAX_BYTES:
-            return [], {}
+            return [], {}, {}
         data = path.read_bytes()
     except OSError:
-        return [], {}
+        return [], {}, {}
     prompts = prompt_hosts(data)
-    return prompts, env_rank_hosts(data, prompts)
+    return prompts, env_rank_hosts(data, prompts), prompt_ranks(data, prompts)
 
 
 def place_by_prompts(
-    hits: Sequence[Hit], prompts: Sequence[tuple[int, str | None]], file_host: str | None = None
+    hits: Sequence[Hit], prompts: Sequence[tuple[int, str | None]], file_host: str | None = None,
+    ranks: Mapping[int, int] | None = None,
 ) -> list[Hit]:
     """`hits` of one file given the host of the prompt above them (see the module): those with no node, and
-    those whose node is only the file's name's guess (`dmesg_f02.txt` under `[u@gpu-f02 ~]$ dmesg -T`)."""
+    those whose node is only the file's name's guess (`dmesg_f02.txt` under `[u@gpu-f02 ~]$ dmesg -T`); with
+    `ranks`, the unranked ones under a prompt whose command started one rank take it."""
     if not hits or not prompts:
         return list(hits)
     starts = [line for line, _ in prompts]
@@ -191,5 +233,8 @@ def place_by_prompts(
     for h in hits:
         at = bisect.bisect_right(starts, h.line) - 1
         host = prompts[at][1] if at >= 0 and (not h.node or h.node == file_host) else None
-        placed.append(dataclasses.replace(h, node=host) if host else h)
+        if host:
+            h = dataclasses.replace(h, node=host)
+        rank = (ranks or {}).get(prompts[at][0]) if at >= 0 and h.rank is None else None
+        placed.append(dataclasses.replace(h, rank=rank) if rank is not None else h)
     return placed

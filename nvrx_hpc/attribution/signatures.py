@@ -232,7 +232,8 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     Signature(  # Kubernetes' scheduler evicting a pod for a higher-priority one (its event names the node), a gang
         # scheduler's `Preempted by scheduler` (round 64a)
         "k8s_preempted", _S, _ROOT,
-        r"\bPreempted by (?:(?:[\w.-]+/)?[\w.-]+ on node (?P<failed>[A-Za-z][\w.-]*)|scheduler\b)",
+        # the scheduler's own event names the preemptor by uid (`Preempted by pod 4e1a9c07-... on node X`, round 82)
+        r"\bPreempted by (?:(?:a pod|pod [\w-]+|(?:[\w.-]+/)?[\w.-]+) on node (?P<failed>[A-Za-z][\w.-]*)|scheduler\b)",
         ("Preempted by",), True, "the cluster's scheduler preempted a pod of the job",
         ("49s  Normal  Preempted  pod/train-worker-2  Preempted by infer/realtime-6d9f on node gpu-a10-pool-7c9qk",),
     ),
@@ -381,6 +382,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("pure virtual", "without an active exception"), True, "the C++ runtime aborted the process",
         ("terminate called without an active exception",),
     ),
+    Signature(  # NCCL's shared-memory transport failing a CUDA call (`include/shm.h:42 NCCL WARN Cuda failure 'invalid
+        # argument'`): NCCL's own fault on that host, not the network's (round 83c)
+        "nccl_shm_cuda_failure", _F, _ROOT, r"\bshm\.h:\d+ NCCL WARN Cuda failure",
+        ("NCCL WARN Cuda failure",), None, "NCCL's shared-memory transport failed a CUDA call",
+        ("ip-10-20-5-141:41874:42298 [3] include/shm.h:42 NCCL WARN Cuda failure 'invalid argument'",),
+    ),
     Signature(
         "nccl_internal", _F, _WEAK,
         r"(?:NCCL error[^\n]*(?:internal error|unhandled cuda error|invalid usage)|ncclInternalError|"
@@ -391,9 +398,33 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     Signature(  # NCCL (GPUDirect-TCPX's plugin) cannot reach its peers' listening sockets at set-up: on several
         # hosts the fabric's set-up (a driver the plugin does not match, a firewall), which every restart meets
         # again; on one host that node's (fabric.refused_everywhere, rounds 38 and 45)
-        "nccl_connect_refused", _N, _ROOT, r"NCCL INFO Call to connect returned Connection refused, retrying",
-        ("Call to connect returned",), True, "NCCL could not connect to its peers (connection refused)",
-        ("a3h-1:40219:40511 [0] NCCL INFO Call to connect returned Connection refused, retrying",),
+        # A connect that times out (a container's bridge or a wrong interface picked, round 81) is the same set-up.
+        "nccl_connect_refused", _N, _ROOT,
+        r"NCCL INFO Call to connect returned Connection (?P<how>refused|timed out), retrying",
+        ("Call to connect returned",), True, "NCCL could not connect to its peers (connection {how})",
+        ("a3h-1:40219:40511 [0] NCCL INFO Call to connect returned Connection refused, retrying",
+         "3f9a1c07be42:412:604 [0] NCCL INFO Call to connect returned Connection timed out, retrying"),
+    ),
+    Signature(  # rank 0's rendezvous store could not take its port: another job's store holds it (round 81)
+        "store_port_in_use", _A, _ROOT,
+        r"(?:^|Error: )Address already in use$|[Ss]erver socket has failed to (?:bind|listen)[^\n]*"
+        r"(?:EADDRINUSE|address already in use)",
+        ("already in use", "EADDRINUSE"), False, "the rendezvous store's port is already in use (rank 0's store)",
+        ("RuntimeError: Address already in use",
+         "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+         "port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use"),
+    ),
+    Signature(  # a launcher's remote shell refused: the job's passwordless ssh was never set up (round 81)
+        "ssh_auth_denied", _A, _ROOT,
+        r"Permission denied \((?:publickey|password|gssapi|keyboard-interactive)[\w,-]*\)|"
+        r"\bssh exited with exit code 255",
+        ("Permission denied (", "exit code 255"), False, "the launcher's ssh to the job's nodes was refused",
+        ("10.244.5.19: mchorse@10.244.5.19: Permission denied (publickey,password).",),
+    ),
+    Signature(  # the job script's shell could not run a program (not executable): exit 126 (round 81)
+        "exec_permission_denied", _A, _ROOT, r"(?:^|: )line \d+: (?P<path>/?[\w./+-]+): Permission denied$",
+        ("Permission denied",), False, "the job script could not run {path} (permission denied)",
+        ("/var/spool/slurmd/job9913570/slurm_script: line 29: /home/t/envs/ds/bin/deepspeed: Permission denied",),
     ),
     Signature(  # cudaErrorDevicesUnavailable: the node's GPUs are held (exclusive-process mode and a stray process
         # of an earlier job): the node's state, restartable on others (round 47)
@@ -405,6 +436,14 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         "nccl_duplicate_gpu", _A, _ROOT, r"Duplicate GPU detected : rank \d+ and rank \d+ both on",
         ("Duplicate GPU detected",), False, "two ranks were given the same GPU (the job's device mapping)",
         ("h0:179:197 [0] init.cc:573 NCCL WARN Duplicate GPU detected : rank 2 and rank 3 both on CUDA device 1cb000",),
+    ),
+    Signature(  # registering memory with the adapter ran out: the locked-memory limit (`ulimit -l`, the daemon's
+        # LimitMEMLOCK) is too low where the job runs, and a restart meets it again (round 81)
+        "nccl_ibv_memlock", _N, _ROOT,
+        r"NCCL WARN Call to (?P<call>ibv_reg_mr\w*) failed with error Cannot allocate memory",
+        ("NCCL WARN Call to ibv_",), False, "memory registration with the adapter failed ({call}: locked-memory limit)",
+        ("gpu-lab4:77310:77371 [0] misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot "
+         "allocate memory",),
     ),
     Signature(  # the verbs library refused a call (a memory registration without GPUDirect RDMA, a bad GID): the
         # adapter's set-up on that host, the system error NCCL then raises is its consequence (round 42)

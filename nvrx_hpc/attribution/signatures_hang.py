@@ -60,6 +60,15 @@ HANG: tuple[Signature, ...] = (
         ("failed to pass monitoredBarrier",), False, "rank never reached the monitored barrier the others wait in",
         ("[E ProcessGroupGloo.cpp:138] Rank 1 failed to pass monitoredBarrier in 30000 ms",),
     ),
+    Signature(  # a rank past gloo's monitored barrier that lost rank 0 on the way back: rank 0 knows who failed
+        # to arrive, and its logs are the place to look (weak: rank 0's own report of the missing rank wins)
+        "monitored_barrier_peer", _D, _WEAK,
+        r"successfully reached monitoredBarrier, but received errors while waiting for send/recv from rank "
+        r"(?P<culprit>\d+)",
+        ("successfully reached monitoredBarrier",), True, "ranks passed the monitored barrier, rank 0 did not answer",
+        ("RuntimeError: Rank 13 successfully reached monitoredBarrier, but received errors while waiting for send/recv "
+         "from rank 0. Please check rank 0 logs for faulty rank.",),
+    ),
     Signature(
         "horovod_stall", _D, _WEAK,
         # older Horovod lists the ranks that did submit: `[ready ranks: 29, 9, 19, ...]` (round 22), on the

@@ -18,6 +18,13 @@ _IB_COMPLETION = (r"NET/IB(?:/\w+)? ?: Got completion from peer (?P<peer>\S+) wi
 
 NETWORK: tuple[Signature, ...] = (
     # ---- network --------------------------------------------------------------------------------
+    Signature(  # NCCL's sockets on the loopback interface (a container with its own network, NCCL_SOCKET_IFNAME
+        # unset): no other host can reach them. Weak: a one-node job may use it, and fails of something else (round 83c)
+        "nccl_loopback_iface", _N, _WEAK,
+        r"NCCL INFO (?:NET ?: Using interface|Bootstrap ?: Using|NET/Socket ?: Using \[\d+\]) ?lo:127\.",
+        ("lo:127.",), False, "NCCL uses the loopback interface, which other hosts cannot reach",
+        ("5e0b7d31c9af:2211:2211 [0] NCCL INFO NET : Using interface lo:127.0.0.1<0>",),
+    ),
     Signature(  # status 5 is a flushed work request: the queue pair had already failed (a peer went away)
         "nccl_ib_flush", _N, _WEAK,
         _IB_COMPLETION + r"(?P<status>5)\b",

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from nvrx_hpc.attribution.api import Category, Hit, Role
-from nvrx_hpc.attribution.lines import parse_time
+from nvrx_hpc.attribution.lines import parse_time, ranks_of
 
 __all__ = ["stalled_before_limit"]
 
@@ -73,9 +73,23 @@ def _ends_job(h: Hit) -> bool:
     return h.signature == "slurm_time_limit" or (h.signature == "slurm_cancelled" and not h.fields.get("why"))
 
 
+def _left_early(hits: Sequence[Hit]) -> int | None:
+    """The one task srun's teardown did not find running (round 82e: `tasks 0-4,6-7: Terminated` and `tasks 8-15:
+    Terminated`, no word of task 5): it had ended before the limit, and the others waited for it. None unless the
+    `Terminated` lists leave exactly one task of the job out, between others, and no other line reports it."""
+    ended = [h for h in hits if h.signature == "srun_task_exit"]
+    terminated = {r for h in ended if h.fields.get("what") == "Terminated" for r in ranks_of(h.fields.get("tasks", ""))}
+    if len(terminated) < 3:
+        return None
+    gaps = set(range(max(terminated) + 1)) - terminated
+    reported = {r for h in ended for r in ranks_of(h.fields.get("tasks", ""))} - terminated
+    return gaps.pop() if len(gaps) == 1 and not reported else None
+
+
 def stalled_before_limit(hits: Sequence[Hit], paths: Mapping[str, Path]) -> list[Hit]:
     """`hits` with each time limit that followed a long silence of its own file turned into that hang's line."""
     out = []
+    absent = _left_early(hits)
     for h in hits:
         found = None
         if _ends_job(h) and h.role is not Role.CONTEXT and h.source in paths:
@@ -85,6 +99,7 @@ def stalled_before_limit(hits: Sequence[Hit], paths: Mapping[str, Path]) -> list
             ended = "its time limit ended it" if h.signature == "slurm_time_limit" else "it was cancelled"
             h = dataclasses.replace(
                 h, signature="stall_before_time_limit", category=Category.DISTRIBUTED_HANG, node=None,
+                rank=h.rank if absent is None else absent,
                 restartable=False, fields={**h.fields, "silence_s": f"{silence:.0f}"},
                 summary=f"the job made no progress for {silence / 60:.0f} min before {ended} (its lines had come at "
                         f"most {longest:.0f} s apart): a hang",

@@ -58,6 +58,7 @@ from nvrx_hpc.attribution.timeline import build_timeline
 __all__ = ["Findings", "decide", "DEFAULT_RESTARTABLE"]
 
 _BASE_CONFIDENCE = {3: 0.75, 2: 0.5, 1: 0.3, 0: 0.2}
+_LOST_AFTER_S = 600.0  # a node's loss is declared this long at most after its peers' links to it failed
 DEFAULT_RESTARTABLE = {
     Category.GPU_HARDWARE: True, Category.NETWORK: True, Category.HOST: True, Category.SCHEDULER: True,
     Category.APPLICATION: False, Category.NUMERICAL: False, Category.FRAMEWORK_CRASH: True,
@@ -97,6 +98,12 @@ def _port_down_guess(f: Findings, timeline: tuple[TimelineEvent, ...]) -> Verdic
     )
 
 
+def _one_node_hang(category: Category, ranks: Sequence[int], universe: set[int]) -> bool:
+    """A hang that names one rank, in a job of one node's size (eight ranks at most): its rank's host is the job's one
+    host (round 83e); a larger job's one host in the logs may be where the dumps were taken, not where the rank ran."""
+    return category is Category.DISTRIBUTED_HANG and len(ranks) == 1 and len(universe) <= 8
+
+
 def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause | None, tuple[int, ...]]:
     """The root cause, and the ranks it hit when the cause itself names none (a GPU that failed under
     an application error on the same node explains that error: its ranks are the culprits)."""
@@ -113,6 +120,13 @@ def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause |
         if why:
             root = min(why, key=cause_key)
     root = _specific(root, causes)
+    if root.category is Category.NETWORK and root.time is not None:
+        # the peers of a node that went down see their links fail before the scheduler declares it lost (after its
+        # timeout): that node's loss is the cause (round 83's check of the stamped corpus)
+        lost = [c for c in causes if c.signature in NODE_LOST and c.strength == 3 and c.time is not None
+                and 0 <= c.time - root.time <= _LOST_AFTER_S]
+        if lost:
+            root = min(lost, key=cause_key)
     if root.signature == "slurm_node_prolog_error":
         # the prolog's health check caught a GPU the node's kernel log shows failing: the GPU (round 66b)
         gpu = [c for c in causes if c.category is Category.GPU_HARDWARE and c.strength >= 2
@@ -319,7 +333,8 @@ def decide(f: Findings) -> Verdict:
     if not nodes and not set_up and root.kind == "log" and (m := _RAY_ADDRESS.search(root.evidence.text)):
         nodes = [m.group(1) or m.group(2)]  # Ray names the node only by its address, and no log gives its host name
     if not nodes and (category in (Category.GPU_HARDWARE, Category.HOST) or category is Category.UNKNOWN
-                      and len(ranks) == 1) and root.signature != "disk_full":
+                      and len(ranks) == 1 or _one_node_hang(category, ranks, universe)) \
+            and root.signature != "disk_full":
         nodes = the_only_host(f.hits, (*f.listed_nodes, *f.job_nodes))  # a one-node job: where it happened (lone_exit)
         if not nodes and not f.listed_nodes and not f.job_nodes and not any(h.node for h in f.hits):
             nodes = sorted(f.prompt_hosts) if len(f.prompt_hosts) == 1 else []
