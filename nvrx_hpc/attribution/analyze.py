@@ -27,7 +27,7 @@ from nvrx_hpc.attribution.coll_ops import CollSample, odd_collective
 from nvrx_hpc.attribution.crash_exit import aborts_after_exceptions, crash_exits
 from nvrx_hpc.attribution.dump_pids import other_pid_dumps
 from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminated
-from nvrx_hpc.attribution.fabric import refused_everywhere
+from nvrx_hpc.attribution.fabric import loopback_alone, refused_everywhere
 from nvrx_hpc.attribution.file_hosts import place_by_file_host, rank_file_host
 from nvrx_hpc.attribution.file_rank import file_proc_ranks
 from nvrx_hpc.attribution.fingerprints import drifted_fingerprints
@@ -135,13 +135,13 @@ def _scan_logs(
     scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int],
     dated: list[float], rank_hosts: dict[int, str], addr_hosts: dict[str, str], disks: list[DiskRow],
     listed: set[str], aliases: dict[str, str], at_prompts: set[str], calls: list[CollSample],
-    file_ranks: dict[str, dict[int, str]],
+    file_ranks: dict[str, dict[int, str]], shells: set[str],
 ) -> tuple[list[Hit], int]:
     """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show,
     `dated` a few of their dated stamps, `rank_hosts` the hosts their prefixes pair with ranks,
     `addr_hosts` the hosts their lines pair with network addresses, `disks` their `df` rows, `listed` the
     hosts of the nodelists they print, `aliases` the Slurm names of hosts and addresses, `file_ranks` each file's
-    own rank -> host pairs."""
+    own rank -> host pairs, `shells` every host a pasted prompt names."""
     hits: list[Hit] = []
     scanned = 0
     # A directory a kernel log is named by (`node036/dmesg.txt`) is that host's: its other files are too.
@@ -158,7 +158,8 @@ def _scan_logs(
             ctx = LineContext(source, rank=rank, year=year, file_index=index,
                               node=node_of_file(path, files.root) or host_dirs.get(path.parent) or named_host)
             found = scanner.scan_file(path, ctx)
-            prompts, env_ranks, started = read_prompts(path)
+            prompts, env_ranks, started, named = read_prompts(path)
+            shells.update(named)
             found = place_by_prompts(found, prompts, file_host=ctx.node, ranks=started)
             at_prompts.update(host for _, host in prompts if host)
             for r, host in env_ranks.items():
@@ -235,8 +236,9 @@ def analyze(
     at_prompts: set[str] = set()
     calls: list[CollSample] = []
     file_ranks: dict[str, dict[int, str]] = {}
+    shells: set[str] = set()
     hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks,
-                               listed, aliases, at_prompts, calls, file_ranks)
+                               listed, aliases, at_prompts, calls, file_ranks, shells)
     hits = place_by_file_host(apply_aliases(hits, rank_hosts, addr_hosts, aliases), listed)
     hits = place_by_one_host_file(hits, file_ranks)
     hits = shm_bus_errors(other_pid_dumps(hits), disks)
@@ -256,6 +258,7 @@ def analyze(
     hits = single_process_rank(place_on_batch_host(store_on_rank0(hits)))
     hits = lone_stalled_path(first_gpu_reporter(place_lost_daemon(hits)))
     hits = drifted_fingerprints(refused_everywhere(hits))
+    hits = loopback_alone(hits, {*listed, *shells, *rank_hosts.values(), *(h.node for h in hits if h.node)})
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     dumps = files.fr_dumps if since is None else [p for p in files.fr_dumps if _mtime(p) >= since]

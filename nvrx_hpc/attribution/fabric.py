@@ -14,9 +14,9 @@ import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 
-from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.api import Hit, Role
 
-__all__ = ["FABRIC_WINDOW_S", "LINK_EVENTS", "SET_UP_SIGNATURES", "fabric_wide", "refused_everywhere"]
+__all__ = ["FABRIC_WINDOW_S", "LINK_EVENTS", "SET_UP_SIGNATURES", "fabric_wide", "loopback_alone", "refused_everywhere"]
 
 FABRIC_WINDOW_S = 30.0  # hosts whose links went down this close together lost them to one event
 # A link that lost its carrier; a NIC's own fault (cable error, firmware, health) stays that host's.
@@ -69,3 +69,11 @@ def refused_everywhere(hits: Sequence[Hit]) -> list[Hit]:
         if len(hosts) >= 2:
             out = [dataclasses.replace(h, restartable=False) if h.signature == signature else h for h in out]
     return out
+
+
+def loopback_alone(hits: Sequence[Hit], hosts: Iterable[str]) -> list[Hit]:
+    """NCCL on the loopback interface is a cause only in a job of two or more hosts (`hosts`: every host the logs
+    name, a prompt's included): on one host it is how NCCL talks to itself (round 83c, and its review)."""
+    if len(set(hosts)) >= 2:
+        return list(hits)
+    return [dataclasses.replace(h, role=Role.CONTEXT) if h.signature == "nccl_loopback_iface" else h for h in hits]

@@ -34,8 +34,11 @@ _LEAD = re.compile("^(?:" + _STAMP + r":? |\|\s*" + _STAMP + r"\s*\|\s?){1,2}"
                    r"(?![A-Za-z0-9]*[\d.-][\w.-]* [\w./@-]+(?:\[\d+\])?: )")
 _SRUN_LABEL = re.compile(r"^\s*(\d{1,7}): |^\[(\d{1,7})\]:(?=\[)")  # `12: `; `[1]:[default8]:` (a node index)
 # TorchX (and NeMo-Run through it) puts `role/replica ` before each line: `i.pretrain/0 [default2]:`.
-# A pod's label before torchrun's (a Kubeflow job's `[worker-1] [default5]:`, round 83's stamped check) goes too.
-_TORCHX_ROLE = re.compile(r"^[A-Za-z][\w.-]*/\d{1,5} (?=\s|\[)|^\[[A-Za-z][\w.-]*\] (?=\[default\d)")
+_TORCHX_ROLE = re.compile(r"^[A-Za-z][\w.-]*/\d{1,5} (?=\s|\[)")
+# A label before torchrun's: a pod's role (a Kubeflow job's `[worker-1] [default5]:`, round 83's stamped check) goes;
+# a host's name (`[gpu-n04] [default3]:`) is the line's node
+_OUTER_LABEL = re.compile(r"^\[(?P<name>[A-Za-z][\w.-]*)\] (?=\[default\d)")
+_POD_ROLE = re.compile(r"^(?:worker|master|launcher|head|chief|ps|evaluator)-?\d*$")
 _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
 # mpirun --tag-output: `[1,3]<stderr>:`; Horovod's gloo runner `[3]<stderr>:`, after a ctime stamp with
@@ -154,6 +157,10 @@ def _outer_prefixes(line: str) -> tuple[int | None, str | None, str]:
     m = _TORCHX_ROLE.match(line)
     if m:
         line = line[m.end() :]
+    m = _OUTER_LABEL.match(line)
+    if m:
+        node = None if _POD_ROLE.match(m.group("name")) else m.group("name")
+        return None, node, line[m.end() :]
     m = _SRUN_LABEL.match(line) or _MPI_RANK.match(line)
     if m:
         label = int(m.group(1) or m.group(2) if m.re is _SRUN_LABEL else m.group(1))

@@ -4,7 +4,8 @@ A script that starts one launcher per node and sends each node's output to its o
 leaves in it the banners of that node's ranks only (fairseq's `initialized host tn-gpu22 as rank 4`, one per
 rank). A line of that file that names no host is that host's, and a failure that names only its GPU
 (`CUDA out of memory. Tried to allocate 1.13 GiB (GPU 2; ...)`) is the rank of that node that drives the GPU:
-every launcher gives local rank L the node's L-th device, and the node's ranks are its first rank plus L.
+every launcher gives local rank L the node's L-th device, and the node's ranks are its first rank plus L (not
+`GPU 0`, which is also what each process sees when it was given one GPU of its own).
 A file whose banners name two hosts, or one rank, places nothing.
 """
 
@@ -35,7 +36,8 @@ def place_by_one_host_file(hits: Sequence[Hit], file_ranks: Mapping[str, Mapping
             host, ranks = home
             contiguous = ranks == list(range(ranks[0], ranks[0] + len(ranks)))
             rank, gpu = h.rank, h.gpu or ""
-            if rank is None and h.role is Role.ROOT and gpu.isdigit() and contiguous and int(gpu) < len(ranks):
+            # `GPU 0` is also what every process sees that was given one GPU of its own: it says nothing
+            if rank is None and h.role is Role.ROOT and gpu.isdigit() and contiguous and 0 < int(gpu) < len(ranks):
                 rank = ranks[int(gpu)]
             h = dataclasses.replace(h, node=host, rank=rank)
         out.append(h)

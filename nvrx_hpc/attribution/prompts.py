@@ -87,7 +87,7 @@ _REMOTE = re.compile(
     # ssh's options that take an argument (`-o PasswordAuthentication=no`, `-p 2222`) are not its host (round 83)
     r"(?:^|[;&|(]\s*)(?:ssh(?:\s+-[bcDEeFIiJLlmOopQRSWw]\s*\S+|\s+-\w+)*\s+(?:[\w.-]+@)?"
     r"([A-Za-z][\w-]*|(?:\d{1,3}\.){3}\d{1,3}(?![\w.]))|"
-    r"srun\b[^;|&]*?(?:-w\s*|--nodelist[= ])([A-Za-z][\w-]*[\d-][\w-]*))"
+    r"srun\b[^;|&]*?(?:(?<![\w-])-w\s*|--nodelist[= ])([A-Za-z][\w-]*[\d-][\w-]*))"
 )
 _NOT_HOSTS = frozenset({"localhost"})
 # `hostname` run at a prompt names the machine, where the prompt shows a container's id (round 82)
@@ -97,7 +97,8 @@ _NAME_LINE = re.compile(rb"\s*([A-Za-z][\w-]*[\d-][\w-]*)(?:\.[\w.-]+)?\s*$")
 # rank's; not a launcher's `--node_rank` or a worker's `--local_rank` (round 82)
 _RANK_FLAG = re.compile(r"(?<![\w-])--rank[= ](\d{1,6})\b")
 # a command that starts several processes itself: its `--rank` is the node's (PyTorch's ImageNet example)
-_SPAWNS = re.compile(r"multiprocessing[-_]distributed|--nproc|--gpus?\b|--ngpus")
+_SPAWNS = re.compile(r"multiprocessing[-_]distributed|--nproc|--gpus?\b|--ngpus|"
+                     r"(?:^|[\s/])(?:mpirun|mpiexec|srun|horovodrun|deepspeed|torchrun)\b|\s-np?\s")
 # a variable as `env`, `printenv` and `/proc/<pid>/environ` split on NULs print it, alone or joined on a line
 _ENV_RANK = re.compile(rb"(?m)(?:^|[ \t])(?:export )?(?:RANK|SLURM_PROCID|OMPI_COMM_WORLD_RANK|PMI_RANK)="
                        rb"(\d{1,6})(?=[ \t]|$)")
@@ -133,7 +134,8 @@ def _command_host(prompt_host: str | None, command: str, output: bytes = b"") ->
     if _TORCH_RUN.match(" ".join([program, *words[1:]])):
         program = "torchrun"
 
-    if program not in _LOCAL and program not in _NODE_LAUNCHERS and not _RANK_FLAG.search(command):
+    if program not in _LOCAL and program not in _NODE_LAUNCHERS and not (_RANK_FLAG.search(command)
+                                                                         and not _SPAWNS.search(command)):
         return None
     if program in {"cat", "grep", "egrep", "tail", "head", "less", "zgrep", *_NODE_LAUNCHERS} \
             and _SHARED_FILE.search(command):
@@ -206,17 +208,19 @@ def env_rank_hosts(data: bytes, prompts: Sequence[tuple[int, str | None]]) -> di
     return found
 
 
-def read_prompts(path: Path) -> tuple[list[tuple[int, str | None]], dict[int, str], dict[int, int]]:
+def read_prompts(path: Path) -> tuple[list[tuple[int, str | None]], dict[int, str], dict[int, int], set[str]]:
     """The prompts of a pasted session (`prompt_hosts`), the ranks its environment listings place
-    (`env_rank_hosts`) and the ranks its commands start (`prompt_ranks`); nothing for a file too large to be one."""
+    (`env_rank_hosts`), the ranks its commands start (`prompt_ranks`) and every host a prompt names, whatever its
+    command; nothing for a file too large to be one."""
     try:
         if path.stat().st_size > _MAX_BYTES:
-            return [], {}, {}
+            return [], {}, {}, set()
         data = path.read_bytes()
     except OSError:
-        return [], {}, {}
+        return [], {}, {}, set()
     prompts = prompt_hosts(data)
-    return prompts, env_rank_hosts(data, prompts), prompt_ranks(data, prompts)
+    named = {m.group(1).decode() for m in _PROMPT.finditer(data)} if b"@" in data else set()
+    return prompts, env_rank_hosts(data, prompts), prompt_ranks(data, prompts), named
 
 
 def place_by_prompts(

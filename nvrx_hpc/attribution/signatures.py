@@ -382,12 +382,6 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("pure virtual", "without an active exception"), True, "the C++ runtime aborted the process",
         ("terminate called without an active exception",),
     ),
-    Signature(  # NCCL's shared-memory transport failing a CUDA call (`include/shm.h:42 NCCL WARN Cuda failure 'invalid
-        # argument'`): NCCL's own fault on that host, not the network's (round 83c)
-        "nccl_shm_cuda_failure", _F, _ROOT, r"\bshm\.h:\d+ NCCL WARN Cuda failure",
-        ("NCCL WARN Cuda failure",), None, "NCCL's shared-memory transport failed a CUDA call",
-        ("ip-10-20-5-141:41874:42298 [3] include/shm.h:42 NCCL WARN Cuda failure 'invalid argument'",),
-    ),
     Signature(
         "nccl_internal", _F, _WEAK,
         r"(?:NCCL error[^\n]*(?:internal error|unhandled cuda error|invalid usage)|ncclInternalError|"
@@ -416,13 +410,13 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(  # a launcher's remote shell refused: the job's passwordless ssh was never set up (round 81)
         "ssh_auth_denied", _A, _ROOT,
-        r"Permission denied \((?:publickey|password|gssapi|keyboard-interactive)[\w,-]*\)|"
-        r"\bssh exited with exit code 255",
-        ("Permission denied (", "exit code 255"), False, "the launcher's ssh to the job's nodes was refused",
+        r"Permission denied \((?:publickey|password|gssapi|keyboard-interactive)[\w,-]*\)",
+        ("Permission denied (",), False, "the launcher's ssh to the job's nodes was refused",
         ("10.244.5.19: mchorse@10.244.5.19: Permission denied (publickey,password).",),
     ),
     Signature(  # the job script's shell could not run a program (not executable): exit 126 (round 81)
-        "exec_permission_denied", _A, _ROOT, r"(?:^|: )line \d+: (?P<path>/?[\w./+-]+): Permission denied$",
+        "exec_permission_denied", _A, _ROOT,
+        r"(?:slurm_script|\.sh): line \d+: (?P<path>/?[\w./+-]+): Permission denied$",
         ("Permission denied",), False, "the job script could not run {path} (permission denied)",
         ("/var/spool/slurmd/job9913570/slurm_script: line 29: /home/t/envs/ds/bin/deepspeed: Permission denied",),
     ),

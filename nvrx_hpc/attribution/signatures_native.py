@@ -54,7 +54,8 @@ NATIVE: tuple[Signature, ...] = (
     ),
     Signature(  # another transport's set-up (P2P/IPC, net, collnet) hit a CUDA failure: NCCL's, or its settings'
         "nccl_transport_cuda_failure", _F, _ROOT,
-        r"transport/(?P<transport>\w+)\.cc:\d+ NCCL WARN (?:Cuda|CUDA) failure",
+        # or its shared-memory set-up in a header (`include/shm.h:42 NCCL WARN Cuda failure`, round 83c)
+        r"(?:transport|include)/(?P<transport>\w+)\.(?:cc|h):\d+ NCCL WARN (?:Cuda|CUDA) failure",
         ("NCCL WARN",), True, "NCCL's {transport} transport set-up hit a CUDA failure",
         ("ip-10-1-2-3:811:811 [0] transport/p2p.cc:298 NCCL WARN Cuda failure 'invalid argument'",),
     ),

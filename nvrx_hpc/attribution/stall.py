@@ -76,14 +76,18 @@ def _ends_job(h: Hit) -> bool:
 def _left_early(hits: Sequence[Hit]) -> int | None:
     """The one task srun's teardown did not find running (round 82e: `tasks 0-4,6-7: Terminated` and `tasks 8-15:
     Terminated`, no word of task 5): it had ended before the limit, and the others waited for it. None unless the
-    `Terminated` lists leave exactly one task of the job out, between others, and no other line reports it."""
+    `Terminated` lists leave exactly one task of the job out, between others, and no other line reports it; not task 0
+    (rank 0's own signal handler may have saved and exited cleanly), nor when srun's tasks are per-node launchers
+    (torchrun's `[defaultN]` lines)."""
+    if any("tee_local" in h.fields or "task_label" in h.fields for h in hits):
+        return None
     ended = [h for h in hits if h.signature == "srun_task_exit"]
     terminated = {r for h in ended if h.fields.get("what") == "Terminated" for r in ranks_of(h.fields.get("tasks", ""))}
     if len(terminated) < 3:
         return None
     gaps = set(range(max(terminated) + 1)) - terminated
     reported = {r for h in ended for r in ranks_of(h.fields.get("tasks", ""))} - terminated
-    return gaps.pop() if len(gaps) == 1 and not reported else None
+    return gaps.pop() if len(gaps) == 1 and not reported and 0 not in gaps else None
 
 
 def stalled_before_limit(hits: Sequence[Hit], paths: Mapping[str, Path]) -> list[Hit]:

@@ -98,10 +98,13 @@ def _port_down_guess(f: Findings, timeline: tuple[TimelineEvent, ...]) -> Verdic
     )
 
 
-def _one_node_hang(category: Category, ranks: Sequence[int], universe: set[int]) -> bool:
-    """A hang that names one rank, in a job of one node's size (eight ranks at most): its rank's host is the job's one
-    host (round 83e); a larger job's one host in the logs may be where the dumps were taken, not where the rank ran."""
-    return category is Category.DISTRIBUTED_HANG and len(ranks) == 1 and len(universe) <= 8
+def _one_node_hang(category: Category, ranks: Sequence[int], universe: set[int], hits: Sequence[Hit]) -> bool:
+    """A hang that names one rank, in a job of one node's size (eight ranks at most, and no line giving a rank whose
+    local rank differs: torchrun's `rank: 5 (local_rank: 1)` is a second node's): its rank's host is the job's one host
+    (round 83e); a larger job's one host in the logs may be where the dumps were taken, not where the rank ran."""
+    if category is not Category.DISTRIBUTED_HANG or len(ranks) != 1 or len(universe) > 8:
+        return False
+    return not any(h.rank is not None and h.fields.get("local_rank", str(h.rank)) != str(h.rank) for h in hits)
 
 
 def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause | None, tuple[int, ...]]:
@@ -333,7 +336,7 @@ def decide(f: Findings) -> Verdict:
     if not nodes and not set_up and root.kind == "log" and (m := _RAY_ADDRESS.search(root.evidence.text)):
         nodes = [m.group(1) or m.group(2)]  # Ray names the node only by its address, and no log gives its host name
     if not nodes and (category in (Category.GPU_HARDWARE, Category.HOST) or category is Category.UNKNOWN
-                      and len(ranks) == 1 or _one_node_hang(category, ranks, universe)) \
+                      and len(ranks) == 1 or _one_node_hang(category, ranks, universe, f.hits)) \
             and root.signature != "disk_full":
         nodes = the_only_host(f.hits, (*f.listed_nodes, *f.job_nodes))  # a one-node job: where it happened (lone_exit)
         if not nodes and not f.listed_nodes and not f.job_nodes and not any(h.node for h in f.hits):

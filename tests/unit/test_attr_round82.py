@@ -152,3 +152,67 @@ def test_a_collectors_stamp_before_a_prompt_keeps_its_host(tmp_path):
            "2025-01-24T18:23:11.000Z Bus error (core dumped)"]
     v = _verdict(tmp_path, {"terminal.txt": out})
     assert v.culprit.nodes == ("dgx-lab02",)
+
+
+# Guards from the review of these rules: each shape below once made a new rule blame the wrong place.
+
+
+def test_a_hosts_label_before_torchruns_is_the_lines_node_not_a_global_rank(tmp_path):
+    out = ["[gpu-n04] torchrun node_rank=1: local ranks 0-7 -> global ranks 8-15",
+           "[gpu-n03] torchrun node_rank=0: local ranks 0-7 -> global ranks 0-7",
+           "[gpu-n04] [default3]:RuntimeError: CUDA error: an illegal memory access was encountered"]
+    v = _verdict(tmp_path, {"train.log": out})
+    assert v.culprit.nodes == ("gpu-n04",)  # its local rank 3 stays unmapped: no box or command line gives its node's
+
+
+def test_ssh_that_cannot_reach_a_host_is_no_refused_login(tmp_path):
+    out = ["pdsh@gpu-n01: gpu-n02: ssh: connect to host gpu-n02 port 22: No route to host",
+           "pdsh@gpu-n01: gpu-n02: ssh exited with exit code 255"]
+    v = _verdict(tmp_path, {"terminal.txt": out})
+    assert v.category is not Category.APPLICATION
+
+
+def test_a_login_scripts_permission_error_is_not_the_jobs_failure(tmp_path):
+    out = ["/home/u/.bashrc: line 12: /opt/site/init.sh: Permission denied",
+           "slurmstepd: error: Detected 1 oom_kill event in StepId=77.0. Some of the step tasks have been OOM Killed."]
+    v = _verdict(tmp_path, {"slurm-77.out": out})
+    assert v.category is Category.HOST
+
+
+def test_ncc_on_loopback_in_a_one_host_job_is_no_cause(tmp_path):
+    out = ["node7:2211:2211 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>",
+           "srun: error: node7: task 0: Exited with exit code 1"]
+    v = _verdict(tmp_path, {"slurm-9.out": out})
+    assert v.category is not Category.NETWORK
+
+
+def test_a_hang_in_a_job_whose_box_shows_a_second_node_names_no_host(tmp_path):
+    box = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-03-04_06:30:44",
+           "  host      : nodeb-17", "  rank      : 5 (local_rank: 1)", "  exitcode  : -6 (pid: 123)"]
+    out = [f"[rank{r}]:[E304 06:30:41.{r}1 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation "
+           "timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600071 "
+           "milliseconds before timing out." for r in range(1, 8)] + box  # fmt: skip
+    v = _verdict(tmp_path, {"job-logs.txt": out})
+    assert v.culprit.nodes == ()
+
+
+def test_gpu_0_in_a_one_host_log_names_no_rank(tmp_path):
+    node1 = [f"2020-09-13 19:01:47 | INFO | fairseq.distributed_utils | initialized host tn-gpu22 as rank {4 + i}"
+             for i in range(4)] + ["RuntimeError: CUDA out of memory. Tried to allocate 1.13 GiB (GPU 0; 15.78 GiB "
+                                   "total capacity)"]
+    v = _verdict(tmp_path, {"train_node1.log": node1})
+    assert v.culprit.ranks == ()
+
+
+def test_a_launchers_rank_flag_at_a_prompt_names_no_rank(tmp_path):
+    out = ["u@login-01:~$ mpirun -np 8 python train.py --rank 0", "RuntimeError: CUDA error: out of memory"]
+    v = _verdict(tmp_path, {"terminal.txt": out})
+    assert v.culprit.ranks == () and "login-01" not in v.culprit.nodes
+
+
+def test_task_0_left_out_of_the_teardown_is_not_named(tmp_path):
+    out = [f"{r:2d}: " + _timed(f"2025-02-11 21:{3 + i:02d}:10.000", f"step {i}") for i in range(8) for r in (0, 5, 9)]
+    out += ["slurmstepd: error: *** JOB 664190 ON gx-07 CANCELLED AT 2025-02-12T09:03:02 DUE TO TIME LIMIT ***",
+            "srun: error: gx-08: tasks 8-15: Terminated", "srun: error: gx-07: tasks 1-7: Terminated"]
+    v = _verdict(tmp_path, {"slurm-664190.out": out})
+    assert v.culprit.ranks in ((), (0,)) and v.category is Category.DISTRIBUTED_HANG
