@@ -103,13 +103,13 @@ def test_of_two_ranks_the_one_that_reported_only_its_peers_abort_was_late(tmp_pa
     assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (1,)
 
 
-def test_ncc_on_the_loopback_interface_is_the_networks_set_up(tmp_path):
+def test_nccl_on_the_loopback_interface_is_the_networks_set_up(tmp_path):
     out = [f"ctr-a{g}:221{g}:221{g} [{g}] NCCL INFO NET : Using interface lo:127.0.0.1<0>" for g in range(2)]
     v = _verdict(tmp_path, {"terminal.txt": out})
     assert v.category is Category.NETWORK and v.restartable is False
 
 
-def test_ncc_failing_in_its_shared_memory_transport_is_its_own_crash(tmp_path):
+def test_nccl_failing_in_its_shared_memory_transport_is_its_own_crash(tmp_path):
     out = ["ip-10-20-4-22:18830:19254 [0] include/socket.h:390 NCCL WARN Net : Connection closed by remote peer",
            "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:272, unhandled system error",
            "ip-10-20-5-141:41874:42298 [3] include/shm.h:42 NCCL WARN Cuda failure 'invalid argument'"]
@@ -179,7 +179,7 @@ def test_a_login_scripts_permission_error_is_not_the_jobs_failure(tmp_path):
     assert v.category is Category.HOST
 
 
-def test_ncc_on_loopback_in_a_one_host_job_is_no_cause(tmp_path):
+def test_nccl_on_loopback_in_a_one_host_job_is_no_cause(tmp_path):
     out = ["node7:2211:2211 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>",
            "srun: error: node7: task 0: Exited with exit code 1"]
     v = _verdict(tmp_path, {"slurm-9.out": out})
