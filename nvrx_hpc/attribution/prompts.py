@@ -134,8 +134,7 @@ def _command_host(prompt_host: str | None, command: str, output: bytes = b"") ->
     if _TORCH_RUN.match(" ".join([program, *words[1:]])):
         program = "torchrun"
 
-    if program not in _LOCAL and program not in _NODE_LAUNCHERS and not (_RANK_FLAG.search(command)
-                                                                         and not _SPAWNS.search(command)):
+    if program not in _LOCAL and program not in _NODE_LAUNCHERS and _started_rank(command) is None:
         return None
     if program in {"cat", "grep", "egrep", "tail", "head", "less", "zgrep", *_NODE_LAUNCHERS} \
             and _SHARED_FILE.search(command):
@@ -146,9 +145,16 @@ def _command_host(prompt_host: str | None, command: str, output: bytes = b"") ->
 def prompt_hosts(data: bytes) -> list[tuple[int, str | None]]:
     """(line number, host or None) of each prompt in `data`, 1-based lines as the scanner counts them; None
     ends the previous prompt's host without giving one (a command whose output is not one machine's)."""
+    return _session(data)[0]
+
+
+def _session(data: bytes) -> tuple[list[tuple[int, str | None]], dict[int, int], set[str]]:
+    """`prompt_hosts`, the rank each placed prompt's command starts by line (`_started_rank`), and every host a prompt
+    names, whatever its command: one pass over the prompts."""
     found: list[tuple[int, str | None]] = []
+    started: dict[int, int] = {}
     if b"@" not in data and b"$ " not in data:
-        return found
+        return found, started, set()
     line, pos = 1, 0
     prompts = [(m.start(), m.end(), m.group(1).decode(), m.group(2)) for m in _PROMPT.finditer(data)]
     taken = {start for start, *_ in prompts}
@@ -160,9 +166,19 @@ def prompt_hosts(data: bytes) -> list[tuple[int, str | None]]:
         line += data.count(b"\n", pos, start)
         pos = start
         host = names.get(host, host) if host is not None else None
-        placed = _command_host(host, command.decode(errors="replace"), data[stop:end])
-        found.append((line, placed if host is not None or _REMOTE.search(command.decode(errors="replace")) else None))
-    return found
+        text = command.decode(errors="replace")
+        placed = _command_host(host, text, data[stop:end])
+        found.append((line, placed if host is not None or _REMOTE.search(text) else None))
+        rank = _started_rank(text) if placed else None
+        if rank is not None:
+            started[line] = rank
+    return found, started, {p[2] for p in prompts if p[2] is not None}
+
+
+def _started_rank(command: str) -> int | None:
+    """The rank a command at a prompt starts as one process of a job (`_RANK_FLAG`), unless it spawns its own."""
+    flag = _RANK_FLAG.search(command)
+    return int(flag.group(1)) if flag is not None and not _SPAWNS.search(command) else None
 
 
 def _hostnames(data: bytes, prompts: Sequence[tuple[int, int, str | None, bytes]], ends: Sequence[int]) -> dict:
@@ -174,21 +190,6 @@ def _hostnames(data: bytes, prompts: Sequence[tuple[int, int, str | None, bytes]
             if m is not None and m.group(1).decode() != host:
                 names.setdefault(host, m.group(1).decode())
     return names
-
-
-def prompt_ranks(data: bytes, prompts: Sequence[tuple[int, str | None]]) -> dict[int, int]:
-    """prompt line -> the rank its command starts (`_RANK_FLAG`), for the prompts that place their output."""
-    found: dict[int, int] = {}
-    if b"--rank" not in data:
-        return found
-    lines = data.split(b"\n")
-    for line, host in prompts:
-        m = _PROMPT.match(lines[line - 1]) if host and line <= len(lines) else None
-        command = m.group(2).decode(errors="replace") if m else ""
-        flag = _RANK_FLAG.search(command)
-        if flag is not None and not _SPAWNS.search(command):
-            found[line] = int(flag.group(1))
-    return found
 
 
 def env_rank_hosts(data: bytes, prompts: Sequence[tuple[int, str | None]]) -> dict[int, str]:
@@ -210,7 +211,7 @@ def env_rank_hosts(data: bytes, prompts: Sequence[tuple[int, str | None]]) -> di
 
 def read_prompts(path: Path) -> tuple[list[tuple[int, str | None]], dict[int, str], dict[int, int], set[str]]:
     """The prompts of a pasted session (`prompt_hosts`), the ranks its environment listings place
-    (`env_rank_hosts`), the ranks its commands start (`prompt_ranks`) and every host a prompt names, whatever its
+    (`env_rank_hosts`), the ranks its commands start (`_started_rank`) and every host a prompt names, whatever its
     command; nothing for a file too large to be one."""
     try:
         if path.stat().st_size > _MAX_BYTES:
@@ -218,9 +219,8 @@ def read_prompts(path: Path) -> tuple[list[tuple[int, str | None]], dict[int, st
         data = path.read_bytes()
     except OSError:
         return [], {}, {}, set()
-    prompts = prompt_hosts(data)
-    named = {m.group(1).decode() for m in _PROMPT.finditer(data)} if b"@" in data else set()
-    return prompts, env_rank_hosts(data, prompts), prompt_ranks(data, prompts), named
+    prompts, started, named = _session(data)
+    return prompts, env_rank_hosts(data, prompts), started, named
 
 
 def place_by_prompts(
