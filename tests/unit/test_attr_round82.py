@@ -79,13 +79,17 @@ def test_a_launcher_naming_the_host_its_error_is_about_places_it(tmp_path):
     assert v.category is Category.APPLICATION and v.culprit.nodes == ("gn-a",)
 
 
-def test_a_one_node_hangs_rank_is_on_the_jobs_one_host(tmp_path):
+def _seven_timeouts_and_a_box(host: str, local: int) -> list[str]:
+    """Ranks 1-7 time out in one collective; torchrun's box names rank 5 (its local rank `local`) on `host`."""
     box = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-03-04_06:30:44",
-           "  host      : titan-cs-aus-231.reviz.ai2.in", "  rank      : 5 (local_rank: 5)",
-           "  exitcode  : -6 (pid: 123)"]
-    out = [f"[rank{r}]:[E304 06:30:41.{r}1 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation "
-           "timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600071 "
-           "milliseconds before timing out." for r in range(1, 8)] + box  # fmt: skip
+           f"  host      : {host}", f"  rank      : 5 (local_rank: {local})", "  exitcode  : -6 (pid: 123)"]
+    return [f"[rank{r}]:[E304 06:30:41.{r}1 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+            "for 600071 milliseconds before timing out." for r in range(1, 8)] + box  # fmt: skip
+
+
+def test_a_one_node_hangs_rank_is_on_the_jobs_one_host(tmp_path):
+    out = _seven_timeouts_and_a_box("titan-cs-aus-231.reviz.ai2.in", 5)
     v = _verdict(tmp_path, {"job-logs.txt": out})
     assert v.category is Category.DISTRIBUTED_HANG
     assert v.culprit.ranks == (0,) and v.culprit.nodes == ("titan-cs-aus-231",)
@@ -187,12 +191,7 @@ def test_nccl_on_loopback_in_a_one_host_job_is_no_cause(tmp_path):
 
 
 def test_a_hang_in_a_job_whose_box_shows_a_second_node_names_no_host(tmp_path):
-    box = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-03-04_06:30:44",
-           "  host      : nodeb-17", "  rank      : 5 (local_rank: 1)", "  exitcode  : -6 (pid: 123)"]
-    out = [f"[rank{r}]:[E304 06:30:41.{r}1 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation "
-           "timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600071 "
-           "milliseconds before timing out." for r in range(1, 8)] + box  # fmt: skip
-    v = _verdict(tmp_path, {"job-logs.txt": out})
+    v = _verdict(tmp_path, {"job-logs.txt": _seven_timeouts_and_a_box("nodeb-17", 1)})
     assert v.culprit.nodes == ()
 
 
