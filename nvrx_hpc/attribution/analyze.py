@@ -52,7 +52,7 @@ from nvrx_hpc.attribution.lost_node import place_lost_daemon
 from nvrx_hpc.attribution.node_ranks import shared_node_ranks
 from nvrx_hpc.attribution.one_host_file import place_by_one_host_file
 from nvrx_hpc.attribution.output_blocks import block_ranks
-from nvrx_hpc.attribution.prompts import place_by_prompts, read_prompts
+from nvrx_hpc.attribution.prompts import Session, place_by_prompts, read_prompts
 from nvrx_hpc.attribution.resources import DiskRow, shm_bus_errors
 from nvrx_hpc.attribution.scanner import Scanner
 from nvrx_hpc.attribution.single_process import single_process_rank
@@ -135,13 +135,14 @@ def _scan_logs(
     scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int],
     dated: list[float], rank_hosts: dict[int, str], addr_hosts: dict[str, str], disks: list[DiskRow],
     listed: set[str], aliases: dict[str, str], at_prompts: set[str], calls: list[CollSample],
-    file_ranks: dict[str, dict[int, str]], shells: set[str],
+    file_ranks: dict[str, dict[int, str]], shells: Session,
 ) -> tuple[list[Hit], int]:
     """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show,
     `dated` a few of their dated stamps, `rank_hosts` the hosts their prefixes pair with ranks,
     `addr_hosts` the hosts their lines pair with network addresses, `disks` their `df` rows, `listed` the
     hosts of the nodelists they print, `aliases` the Slurm names of hosts and addresses, `file_ranks` each file's
-    own rank -> host pairs, `shells` every host a pasted prompt names."""
+    own rank -> host pairs, `shells` what the pasted sessions say together (their hosts, the hosts they ran a program
+    on, whether they started several processes, their containers' hosts)."""
     hits: list[Hit] = []
     scanned = 0
     # A directory a kernel log is named by (`node036/dmesg.txt`) is that host's: its other files are too.
@@ -158,11 +159,15 @@ def _scan_logs(
             ctx = LineContext(source, rank=rank, year=year, file_index=index,
                               node=node_of_file(path, files.root) or host_dirs.get(path.parent) or named_host)
             found = scanner.scan_file(path, ctx)
-            prompts, env_ranks, started, named = read_prompts(path)
-            shells.update(named)
-            found = place_by_prompts(found, prompts, file_host=ctx.node, ranks=started)
-            at_prompts.update(host for _, host in prompts if host)
-            for r, host in env_ranks.items():
+            session = read_prompts(path)
+            shells.named |= session.named
+            shells.ran_on |= session.ran_on
+            shells.several = shells.several or session.several
+            for container, host in session.containers.items():
+                aliases.setdefault(container, host)
+            found = place_by_prompts(found, session.prompts, file_host=ctx.node, ranks=session.started)
+            at_prompts.update(host for _, host in session.prompts if host)
+            for r, host in session.env_ranks.items():
                 rank_hosts.setdefault(r, host)
             sampled = sample_file(path)
             seen_ranks.update(sampled.ranks)
@@ -236,7 +241,7 @@ def analyze(
     at_prompts: set[str] = set()
     calls: list[CollSample] = []
     file_ranks: dict[str, dict[int, str]] = {}
-    shells: set[str] = set()
+    shells = Session()
     hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks,
                                listed, aliases, at_prompts, calls, file_ranks, shells)
     hits = place_by_file_host(apply_aliases(hits, rank_hosts, addr_hosts, aliases), listed)
@@ -258,7 +263,7 @@ def analyze(
     hits = single_process_rank(place_on_batch_host(store_on_rank0(hits)))
     hits = lone_stalled_path(first_gpu_reporter(place_lost_daemon(hits)))
     hits = drifted_fingerprints(refused_everywhere(hits))
-    hits = loopback_alone(hits, {*listed, *shells, *rank_hosts.values(), *(h.node for h in hits if h.node)})
+    hits = loopback_alone(hits, {*listed, *shells.named, *rank_hosts.values(), *(h.node for h in hits if h.node)})
     if since is not None:
         hits = [h for h in hits if h.time is None or h.time >= since]
     dumps = files.fr_dumps if since is None else [p for p in files.fr_dumps if _mtime(p) >= since]
@@ -271,7 +276,8 @@ def analyze(
         Findings(hits=hits, records=records, events=events, health=health, fr=fr, job_state=job_state,
                  job_nodes=tuple(job_nodes), listed_nodes=frozenset(listed), seen_ranks=frozenset(seen_ranks),
                  rank_hosts=rank_hosts, addr_hosts=addr_hosts, stamps=tuple(dated), disks=tuple(disks),
-                 prompt_hosts=frozenset(at_prompts), odd_call=odd_collective(calls))
+                 prompt_hosts=frozenset(at_prompts), shell_hosts=frozenset(shells.ran_on),
+                 several_started=shells.several, odd_call=odd_collective(calls))
     )  # fmt: skip
     inputs = {
         "logs": len(files.logs),

@@ -52,6 +52,8 @@ class Findings:
     stamps: tuple[float, ...] = ()  # dated stamps sampled from the job's logs, events and records
     disks: tuple[DiskRow, ...] = ()  # rows of `df` listings found in the logs
     prompt_hosts: frozenset[str] = frozenset()  # hosts of the shell prompts pasted with the logs (prompts.py)
+    shell_hosts: frozenset[str] = frozenset()  # hosts whose pasted prompts ran a program there (prompts.py)
+    several_started: bool = False  # a pasted prompt's command started several processes (a launcher)
     odd_call: tuple[tuple[int, ...], str] | None = None  # ranks that called another collective (coll_ops.py)
 
 

@@ -39,18 +39,37 @@ SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
     "alone": "; named because it alone waited in the collective: the job's other ranks, heard from before, never "
              "entered it",
     "mismatch": "; named because they timed out in another operation than every other rank",
-    "desync": "; named because every collective-mismatch report names it",
+    "desync": "; named because every collective-mismatch report names it, or it alone runs a collective whose "
+              "fingerprint differs from the one the other ranks share",
     "elsewhere": "; named because its stack dump waits outside any collective while the others' wait in one",
     "none": "; every rank reports it, so the logs do not say who is late",
 }
 
 
-def _desynced(hits: Sequence[Hit]) -> int | None:
-    """The rank that every collective-mismatch report names, when two or more reports name it and no other."""
-    reports = [{int(r) for r in _DESYNC_RANK.findall(h.text)} for h in hits if h.signature == "collective_desync"]
+def _desynced(hits: Sequence[Hit]) -> tuple[int, ...] | None:
+    """The rank that every collective-mismatch report names, when two or more reports name it and no other; else
+    the ranks whose fingerprint differs from the one that at least three times as many ranks share (each report
+    gives two ranks' fingerprints: `Rank 11 is running ...[268435456]..., but Rank 0 is running ...[301989888]`,
+    round 85b: rank 11 names rank 0 while the others name rank 11)."""
+    desyncs = [h for h in hits if h.signature == "collective_desync"]
+    reports = [{int(r) for r in _DESYNC_RANK.findall(h.text)} | {int(h.fields[k]) for k in ("arank", "brank")
+                                                                  if k in h.fields} for h in desyncs]  # fmt: skip
     reports = [r for r in reports if r]
     common = set.intersection(*reports) if len(reports) >= 2 else set()
-    return next(iter(common)) if len(common) == 1 else None
+    if len(common) == 1:
+        return tuple(common)
+    prints: dict[int, str] = {}
+    for h in desyncs:
+        for rank, key in (("arank", "afp"), ("brank", "bfp")):
+            if rank in h.fields and key in h.fields:
+                prints.setdefault(int(h.fields[rank]), h.fields[key])
+    by_print: dict[str, list[int]] = defaultdict(list)
+    for rank, fp in prints.items():
+        by_print[fp].append(rank)
+    if len(by_print) != 2:
+        return None
+    odd, usual = sorted(by_print.values(), key=len)
+    return tuple(sorted(odd)) if len(usual) >= 3 * len(odd) else None
 
 
 def _process_group(text: str) -> str | None:
@@ -209,7 +228,7 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     """
     desynced = _desynced(hits)
     if desynced is not None:
-        return (desynced,), "desync"
+        return desynced, "desync"
     listed = [{int(r) for r in h.fields[key].split(", ")} for h in hits for key in ("missing", "missing_op")
               if h.fields.get(key)]  # fmt: skip
     missing = set().union(*listed)

@@ -38,6 +38,8 @@ _TORCHX_ROLE = re.compile(r"^[A-Za-z][\w.-]*/\d{1,5} (?=\s|\[)")
 # A label before torchrun's: a pod's role (a Kubeflow job's `[worker-1] [default5]:`, round 83's stamped check) goes;
 # a host's name (`[gpu-n04] [default3]:`) is the line's node
 _OUTER_LABEL = re.compile(r"^\[(?P<name>[A-Za-z][\w.-]*)\] (?=\[default\d)")
+# A gang scheduler's lead before each task's line: `task=21 host=s4kdxr71 ` (a JAX job's controller, round 84c)
+_KV_LEAD = re.compile(r"^(?:task|rank)=(?P<rank>\d{1,7}) host=(?P<host>[A-Za-z][\w.-]*) ")  # not logfmt's pid
 _POD_ROLE = re.compile(r"^(?:worker|master|launcher|head|chief|ps|evaluator)-?\d*$")
 _TORCH_RANK = re.compile(r"^\[rank(\d{1,7})\]:\s?")
 _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]:`
@@ -65,6 +67,8 @@ _JOURNAL_ISO = re.compile(r"^(?:<\d{1,3}>\d )?(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\
                           r"(?P<host>[A-Za-z0-9][\w.-]*) ")
 _DMESG_T = re.compile(r"^\[(?:[A-Z][a-z]{2} )?(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) "
                       r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d) (?P<y>\d{4})\] ")
+# An ops export of several hosts' kernel logs: `s4kdxr71 kernel: [Thu Oct  2 06:53:48 2026] NVRM: ...` (round 84c)
+_HOST_KERNEL = re.compile(r"^(?P<host>[A-Za-z][\w.-]*\d[\w.-]*) kernel: (?=\[)")
 _DMESG_RAW = re.compile(r"^\[\s*(?P<boot>\d+\.\d+)\] ")
 _STEPD_HOST = re.compile(r"slurmstepd-(?P<host>[A-Za-z0-9][\w.-]*?): ")
 _SRUN_WHERE = re.compile(r"srun: error: (?P<host>[A-Za-z0-9][\w.-]*): tasks? (?P<tasks>[\d,-]+): ")
@@ -92,6 +96,9 @@ _NODE_WORD = re.compile(r"(?:\bnode[:=] ?|\bRank \d{1,7}, node |\bon host ')(?P<
 _RAY_ACTOR = re.compile(
     r"^\((?:[\w-]+,? )?(?:(?:rank=(?P<rank>\d+)|pid=\d+), ?)*ip=(?:(?P<ip>[\d.]+|[0-9a-fA-F:]+)|"
     r"(?P<iphost>[A-Za-z][\w-]*[\d-][\w.-]*))\) ")  # a cluster that gives Ray its pods' names (round 42)
+# A Ray actor's prefix without its address (`(WorkerDict pid=869405) ml-a100-07:869405:870211 [2] NCCL WARN`, round
+# 85e): NCCL's own prefix after it names the host
+_ACTOR_PREFIX = re.compile(r"^\([\w-]+(?:,? \w+=[\w.:-]+)+\) ")
 # Open MPI's own lines about one process: `[h06c0901:07661] Signal: Segmentation fault (11)`
 # UCX's own: `[h:pid:0:tid]`, and after its timestamp `[1530172089.514402] [h:pid:0]` (rounds 37, 38)
 _OMPI_PROCESS = re.compile(r"^(?:\[\d+\.\d+\] +)?\[(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+)(?::\d+(?::\d+)?)?\] ")
@@ -157,6 +164,9 @@ def _outer_prefixes(line: str) -> tuple[int | None, str | None, str]:
     m = _TORCHX_ROLE.match(line)
     if m:
         line = line[m.end() :]
+    m = _KV_LEAD.match(line)
+    if m:
+        return int(m.group("rank")), m.group("host"), line[m.end() :]
     m = _OUTER_LABEL.match(line)
     if m:
         node = None if _POD_ROLE.match(m.group("name")) else m.group("name")
@@ -207,6 +217,10 @@ def _split_prefixes(line: str) -> tuple[int | None, str | None, str, int | None,
 
 def read_header(text: str, year: int | None) -> tuple[float | None, str, str | None, str | None]:
     """(time, clock, host, boot seconds) from a syslog, journal, `dmesg -T` or raw `dmesg` line header."""
+    m = _HOST_KERNEL.match(text)
+    if m:
+        when, clock, _host, boot = read_header(text[m.end() :], year)
+        return when, clock, m.group("host"), boot
     try:
         m = _SYSLOG.match(text)
         if m and m.group("mon") in _MONTHS:
@@ -359,7 +373,8 @@ def classify_line(
     gpu = fields.pop("gpu", None)
     stepd = _STEPD_HOST.search(text)
     node = node or (where.group("host") if where else None) or (stepd.group("host") if stepd else None)
-    nccl = _NCCL_PREFIX.match(text) or _NCCL_PREFIX.match(_TEE.sub("", body, count=1))  # after a launcher's prefix
+    nccl = (_NCCL_PREFIX.match(text) or _NCCL_PREFIX.match(_TEE.sub("", body, count=1))  # after a launcher's prefix
+            or _NCCL_PREFIX.match(_ACTOR_PREFIX.sub("", body, count=1)))
     if prefix_node and prefix_node[0].isdigit() and nccl:
         prefix_node = nccl.group("host")  # pdsh's address prefix: NCCL's own prefix names the host
     node = node or head_node or prefix_node

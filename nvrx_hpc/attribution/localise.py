@@ -50,7 +50,10 @@ _HOST_RANK_OF_WORLD = re.compile(rb"(?m)^\[([A-Za-z][\w-]*[\d-][\w.-]*):(\d{1,6}
 _BANNER_HOST = rb"[Hh]ost(?:name)?[ =:][ \t]*([A-Za-z][\w-]*[\d-][\w.-]*)"  # RETURNN: `Hostname h, pid 7, rank 3`
 _BANNER_RANK = rb"(?:global_|world_)?rank[ =:][ \t]*(\d{1,6})\b"
 _BANNERS = ((re.compile(rb"rank[ =:][ \t]*(\d{1,6})\b[^\n]{0,160}?(?<![\w-])" + _BANNER_HOST), 1, 2),
-            (re.compile(_BANNER_HOST + rb"[^\n]{0,160}?(?<![\w-])" + _BANNER_RANK), 2, 1))
+            (re.compile(_BANNER_HOST + rb"[^\n]{0,160}?(?<![\w-])" + _BANNER_RANK), 2, 1),
+            # `rank 1/2 on kws-cnn-hvd-worker-1` (a Horovod script's own banner, round 84b)
+            (re.compile(rb"rank[ =:]?[ \t]*(\d{1,6})(?:/\d{1,6})? on (?:host |node )?"
+                        rb"(?!(?:cuda|xpu|npu|hpu|mps|device)[-:]?\d)([A-Za-z][\w-]*[\d-][\w.-]*)"), 1, 2))  # not a device
 # A per-node launcher's banner that names its host in the line's lead and the range of global ranks it
 # runs (`[gx-203] torchrun node_rank=2: local ranks 0-3 -> global ranks 8-11`, `[nid001229] rank 0-3 up`,
 # pdsh's `gx-203: ranks 8-11`); a local range is not the ranks.
@@ -276,7 +279,7 @@ def _node_rank_hosts(data: bytes) -> list[tuple[int, str]]:
 def _banner_hosts(data: bytes) -> list[tuple[int, str]]:
     """(rank, host) of the start-up banners in `data` (see `_BANNERS`)."""
     found: list[tuple[int, str]] = []
-    if b"host" not in data and b"Host" not in data:
+    if b"host" not in data and b"Host" not in data and b" on " not in data:
         return found
     for pattern, r, h in _BANNERS:
         pos = 0

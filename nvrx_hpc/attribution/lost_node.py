@@ -85,10 +85,11 @@ def taken_vm(
 ) -> tuple[list[str], list[int]]:
     """The VM a cloud took back (`cloud_preempted`) and its ranks, when the rank map places ranks on it (round 35:
     EC2's `Server.SpotInstanceTermination` for one worker of two), or the one node srun could not launch the step on
-    (round 55b) or Slurm drained for a failed prolog (round 57a; its slurmd's own log, round 77d); else no node and
-    no rank, as for Slurm's time limit or a cancel, which end the whole job."""
-    if signature in ("slurm_task_launch_failed", "slurm_node_prolog_error", "slurm_prolog_epilog_failed") \
-            and len(set(nodes)) == 1:
+    (round 55b) or Slurm drained for a failed prolog (round 57a; its slurmd's own log, round 77d) or whose slurmd
+    lost the batch script (batch_host.py); else no node and no rank, as for Slurm's time limit or a cancel, which end
+    the whole job."""
+    if signature in ("slurm_task_launch_failed", "slurm_node_prolog_error", "slurm_prolog_epilog_failed",
+                     "slurm_script_missing") and len(set(nodes)) == 1:
         return list(nodes), []  # srun could not start the step there, or its prolog failed: the node, no rank ran
     ranks = ranks_of_lost_node(set(nodes), universe, rank_nodes) if signature in _TAKEN else []
     return (list(nodes), ranks) if ranks else ([], [])

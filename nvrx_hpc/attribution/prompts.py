@@ -17,14 +17,17 @@ from pathlib import Path
 
 from nvrx_hpc.attribution.api import Hit
 
-__all__ = ["prompt_hosts", "env_rank_hosts", "read_prompts", "place_by_prompts"]
+__all__ = ["prompt_hosts", "env_rank_hosts", "read_prompts", "place_by_prompts", "Session"]
 
 _MAX_BYTES = 1 << 20  # a pasted session; a large log is a program's output, not a terminal's
 # `[user@host ~]$ cmd`, `user@host:~/run$ cmd`, `(venv) root@host:/# cmd`, zsh's `user@host ~ % cmd`; the host's
 # domain is dropped. A container's host name is its short id (`root@7be21c94d0fa:/workspace#`), round 75b.
-_PROMPT = re.compile(  # behind a log collector's stamp too (`2024-06-11T09:13:31.000Z yli@dgx-lab02:~$ ...`)
+# behind a log collector's stamp too (`2024-06-11T09:13:31.000Z yli@dgx-lab02:~$ ...`), after a conda env and the
+# last command's exit status (`(axolotl) 134 mlops@gpu-enc2-svr04:~/axolotl$`, round 75d)
+_PROMPT = re.compile(
     rb"(?m)^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z? )?"
-    rb"(?:\([\w.-]+\) )?\[?[a-z_][\w.-]*@([A-Za-z][\w-]*|[0-9a-f]{12})[\w.-]*(?::[^\s$#]*|\s[^\n$#\]]{0,80})"
+    rb"(?:\([\w.-]+\) )?(?:\d{1,3} )?\[?[a-z_][\w.-]*@([A-Za-z][\w-]*|[0-9a-f]{12})[\w.-]*"
+    rb"(?::[^\s$#]*|\s[^\n$#\]]{0,80})"
     rb"\]?[$#%] ?([^\n]*)$"
 )
 # a bare `$ cmd` prompt names no host: only a command run on another (`$ ssh gpn-c14 dmesg -T`) places its output
@@ -91,6 +94,9 @@ _REMOTE = re.compile(
 )
 _NOT_HOSTS = frozenset({"localhost"})
 # `hostname` run at a prompt names the machine, where the prompt shows a container's id (round 82)
+_CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")
+_DOCKER = re.compile(r"\b(?:docker|podman) (?P<verb>run|exec|inspect|logs|attach|start)\b"
+                     r"(?:[^\n]*?\s(?P<id>[0-9a-f]{12})\b)?")
 _HOSTNAME = re.compile(r"^(?:sudo\s+)?hostname(?:\s+-[sf])?\s*$")
 _NAME_LINE = re.compile(rb"\s*([A-Za-z][\w-]*[\d-][\w-]*)(?:\.[\w.-]+)?\s*$")
 # a program started at a prompt as one rank of a job (`torchbiggraph_train --rank 2 cfg.py`): its output is that
@@ -100,6 +106,11 @@ _RANK_FLAG = re.compile(r"(?<![\w-])--rank[= ](\d{1,6})\b")
 _SPAWNS = re.compile(r"multiprocessing[-_]distributed|--nproc|--gpus?\b|--ngpus|"
                      r"(?:^|[\s/])(?:mpirun|mpiexec|srun|horovodrun|deepspeed|torchrun)\b|\s-np?\s")
 # a variable as `env`, `printenv` and `/proc/<pid>/environ` split on NULs print it, alone or joined on a line
+# a launcher of several processes besides `_SPAWNS`' (accelerate's `--num_processes 8`, a `--world-size 8`)
+_SEVERAL = re.compile(r"(?:^|[\s/])accelerate\s+launch\b|--num[-_]processes[= ]*(?:[2-9]|\d\d)|"
+                      r"--world[-_]size[= ]*(?:[2-9]|\d\d)")
+# a program that runs on the prompt's host: Python, a shell script, a one-node launcher
+_HERE_PROGRAM = re.compile(r"^(?:python[\d.]*|(?:ba|z|da)?sh|\S+\.(?:sh|py)|torchrun|accelerate|deepspeed|composer)$")
 _ENV_RANK = re.compile(rb"(?m)(?:^|[ \t])(?:export )?(?:RANK|SLURM_PROCID|OMPI_COMM_WORLD_RANK|PMI_RANK)="
                        rb"(\d{1,6})(?=[ \t]|$)")
 
@@ -145,16 +156,31 @@ def _command_host(prompt_host: str | None, command: str, output: bytes = b"") ->
 def prompt_hosts(data: bytes) -> list[tuple[int, str | None]]:
     """(line number, host or None) of each prompt in `data`, 1-based lines as the scanner counts them; None
     ends the previous prompt's host without giving one (a command whose output is not one machine's)."""
-    return _session(data)[0]
+    return _session(data).prompts
 
 
-def _session(data: bytes) -> tuple[list[tuple[int, str | None]], dict[int, int], set[str]]:
-    """`prompt_hosts`, the rank each placed prompt's command starts by line (`_started_rank`), and every host a prompt
-    names, whatever its command: one pass over the prompts."""
+@dataclasses.dataclass
+class Session:
+    """What a pasted terminal session says (`read_prompts`)."""
+
+    prompts: list[tuple[int, str | None]] = dataclasses.field(default_factory=list)  # `prompt_hosts`
+    env_ranks: dict[int, str] = dataclasses.field(default_factory=dict)  # `env_rank_hosts`
+    started: dict[int, int] = dataclasses.field(default_factory=dict)  # line -> the rank its command starts
+    named: set[str] = dataclasses.field(default_factory=set)  # every host a prompt names, whatever its command
+    ran_on: set[str] = dataclasses.field(default_factory=set)  # hosts whose prompts ran a program there, or nothing
+    several: bool = False  # a command started several processes (a launcher, `--nproc_per_node 8`)
+    containers: dict[str, str] = dataclasses.field(default_factory=dict)  # `_container_hosts`
+
+
+def _session(data: bytes) -> Session:
+    """`prompt_hosts`, the rank each placed prompt's command starts by line (`_started_rank`), every host a prompt
+    names, those whose prompts ran a program there (`_runs_here`; not a login node's `sbatch` or `tail`), whether a
+    command started several processes, and the host of each container the session shows started or inspected from
+    one (`_container_hosts`): one pass over the prompts."""
     found: list[tuple[int, str | None]] = []
     started: dict[int, int] = {}
     if b"@" not in data and b"$ " not in data:
-        return found, started, set()
+        return Session()
     line, pos = 1, 0
     prompts = [(m.start(), m.end(), m.group(1).decode(), m.group(2)) for m in _PROMPT.finditer(data)]
     taken = {start for start, *_ in prompts}
@@ -162,17 +188,54 @@ def _session(data: bytes) -> tuple[list[tuple[int, str | None]], dict[int, int],
     prompts.sort()
     ends = [p[0] for p in prompts[1:]] + [len(data)] * bool(prompts)  # its output runs to the next prompt
     names = _hostnames(data, prompts, ends)
+    ran_on: set[str] = set()
+    several = False
     for (start, stop, host, command), end in zip(prompts, ends, strict=True):
         line += data.count(b"\n", pos, start)
         pos = start
         host = names.get(host, host) if host is not None else None
         text = command.decode(errors="replace")
+        several = several or bool(_SPAWNS.search(text) or _SEVERAL.search(text))
+        if host is not None and _runs_here(text):
+            ran_on.add(host)
         placed = _command_host(host, text, data[stop:end])
         found.append((line, placed if host is not None or _REMOTE.search(text) else None))
         rank = _started_rank(text) if placed else None
         if rank is not None:
             started[line] = rank
-    return found, started, {p[2] for p in prompts if p[2] is not None}
+    return Session(found, {}, started, {p[2] for p in prompts if p[2] is not None}, ran_on, several,
+                   _container_hosts(prompts))
+
+
+def _runs_here(command: str) -> bool:
+    """The command runs a program on the prompt's host (`CUDA_VISIBLE_DEVICES=0 python train.py`, `bash run.sh`),
+    or none (the prompt after a run); not one that submits, reads a log or reaches another machine (a login node's
+    `sbatch`, `tail slurm-42.out`, `kubectl logs` on a laptop)."""
+    words = [w for w in command.split() if "=" not in w.split("/")[0]]
+    while words and words[0] in {*_WRAPPERS, "nohup"}:
+        words.pop(0)
+    return not words or bool(_HERE_PROGRAM.match(words[0].rsplit("/", 1)[-1]))
+
+
+def _container_hosts(prompts: Sequence[tuple[int, int, str | None, bytes]]) -> dict[str, str]:
+    """container id -> the host whose prompt ran it: `docker run` followed by the container's own prompt
+    (`root@5e1b7c93a0d4:/workspace#`), or `docker inspect|exec|logs <id>` naming it (round 80c's `[root@gpu-node07
+    ~]# docker inspect 5b2e9c07d1f4`): a container's host name is its id, and its faults are its host's."""
+    found: dict[str, str] = {}
+    hosts = [p[2] for p in prompts]
+    for i, (_start, _stop, host, command) in enumerate(prompts):
+        if host is None or _CONTAINER_ID.match(host):
+            continue
+        m = _DOCKER.search(command.decode(errors="replace"))
+        if m is None:
+            continue
+        named = m.group("id")
+        after = next((h for h in hosts[i + 1 :] if h is not None), None)
+        if named is None and m.group("verb") == "run" and after is not None and _CONTAINER_ID.match(after):
+            named = after
+        if named is not None:
+            found.setdefault(named, host)
+    return found
 
 
 def _started_rank(command: str) -> int | None:
@@ -209,18 +272,18 @@ def env_rank_hosts(data: bytes, prompts: Sequence[tuple[int, str | None]]) -> di
     return found
 
 
-def read_prompts(path: Path) -> tuple[list[tuple[int, str | None]], dict[int, str], dict[int, int], set[str]]:
-    """The prompts of a pasted session (`prompt_hosts`), the ranks its environment listings place
-    (`env_rank_hosts`), the ranks its commands start (`_started_rank`) and every host a prompt names, whatever its
-    command; nothing for a file too large to be one."""
+def read_prompts(path: Path) -> Session:
+    """What a pasted session says (`Session`), with the ranks its environment listings place (`env_rank_hosts`);
+    nothing for a file too large to be one."""
     try:
         if path.stat().st_size > _MAX_BYTES:
-            return [], {}, {}, set()
+            return Session()
         data = path.read_bytes()
     except OSError:
-        return [], {}, {}, set()
-    prompts, started, named = _session(data)
-    return prompts, env_rank_hosts(data, prompts), started, named
+        return Session()
+    session = _session(data)
+    session.env_ranks = env_rank_hosts(data, session.prompts)
+    return session
 
 
 def place_by_prompts(

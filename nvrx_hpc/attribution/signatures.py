@@ -67,6 +67,28 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("NVLink: fatal error detected on link 3",
          "torch.AcceleratorError: CUDA error: Invalid access of peer GPU memory over nvlink or a hardware error"),
     ),
+    Signature(  # the node's amdgpu firmware missing: its install, not its cards (a `Fatal error during GPU init` follows)
+        "amdgpu_firmware_missing", _H, _ROOT, r"Direct firmware load for amdgpu/\S+ failed with error",
+        ("Direct firmware load",), False, "the node's amdgpu firmware is missing",
+        ("[Tue May 14 08:41:19 2024] amdgpu 0000:d6:00.0: Direct firmware load for amdgpu/aldebaran_sos.bin failed "
+         "with error -2",),
+    ),
+    Signature(  # AMD's driver on a failing card: an uncorrectable (RAS/HBM) error, a card that fails to start, a
+        # reset that does not bring it back, its microcode scheduler gone (rounds 84d, 85f)
+        "amdgpu_fault", _G, _ROOT,
+        r"amdgpu (?P<gpu>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)?[^\n]*?(?:uncorrectable hardware error|"
+        r"Fatal error during GPU init|GPU Recovery Failed|HBM \d+ UE|"
+        r"MES might be in unrecoverable state|PCIe Bus Error: severity=Uncorrected)",
+        ("amdgpu",), True, "AMD GPU hardware fault",
+        ("[Tue May 14 08:41:22 2024] amdgpu 0000:d6:00.0: amdgpu: Fatal error during GPU init",
+         "Oct 02 08:04:51 mx3-n12 kernel: amdgpu 0000:9f:00.0: amdgpu: HBM 3 UE 1 (umc channel 14)"),
+    ),
+    Signature(  # the rest of its RAS log (`[Hardware Error]: Accelerator Check Architecture events logged`, the ACA
+        # banks): corrected errors too, so context, not the host's `[Hardware Error]`
+        "amdgpu_ras_log", _G, _CTX, r"amdgpu [^\n]*\[Hardware Error\]", ("amdgpu",), None,
+        "AMD GPU RAS log",
+        ("amdgpu 0000:05:00.0: amdgpu: [Hardware Error]: Accelerator Check Architecture events logged",),
+    ),
 ) + NETWORK + (
     # ---- host -----------------------------------------------------------------------------------
     Signature(
@@ -112,9 +134,13 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     Signature(
         "slurm_oom_kill", _H, _ROOT,
         r"(?:Detected (?P<count>\d+) oom[-_]kill event|Some of the step tasks have been OOM Killed|"
+        # the accounting plugin's older kill, before cgroups enforced memory (round 85c)
+        r"(?:Job|Step) [\d.]+ exceeded memory limit \(\d+ > \d+\), being killed|"
         r"srun: error: (?P<node>[\w.-]+): tasks? (?P<tasks>[\d,-]+): Out Of Memory)",
-        ("oom_kill", "oom-kill", "OOM Killed", "Out Of Memory"), False, "Slurm's cgroup OOM killer ended tasks",
-        ("slurmstepd: error: Detected 1 oom_kill event in StepId=11.0. Some of the step tasks have been OOM Killed.",),
+        ("oom_kill", "oom-kill", "OOM Killed", "Out Of Memory", "exceeded memory limit"), False,
+        "Slurm killed tasks for their memory (its cgroup OOM killer or the job's memory limit)",
+        ("slurmstepd: error: Detected 1 oom_kill event in StepId=11.0. Some of the step tasks have been OOM Killed.",
+         "slurmstepd: error: Job 5519034 exceeded memory limit (169384386560 > 167772160000), being killed"),
     ),
     Signature(  # context: which node Slurm lost, when its node-failure line names only a survivor (lost_node.py)
         "slurm_node_not_responding", _H, _CTX,
@@ -422,8 +448,10 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(  # cudaErrorDevicesUnavailable: the node's GPUs are held (exclusive-process mode and a stray process
         # of an earlier job): the node's state, restartable on others (round 47)
-        "gpu_devices_busy", Category.HOST, _ROOT, r"all CUDA-capable devices are busy or unavailable",
-        ("devices are busy",), True, "the node's GPUs are busy or unavailable (held by another process)",
+        # newer CUDA says `CUDA-capable device(s) is/are busy or unavailable` (round 85c)
+        "gpu_devices_busy", Category.HOST, _ROOT,
+        r"(?:all CUDA-capable devices are|CUDA-capable device\(s\) is/are) busy or unavailable",
+        ("devices are busy", "is/are busy"), True, "the node's GPUs are busy or unavailable (held by another process)",
         ("RuntimeError: cuda runtime error (46) : all CUDA-capable devices are busy or unavailable at THC.cpp:70",),
     ),
     Signature(  # two ranks of a job on one GPU: the job's device mapping (LOCAL_RANK not used), round 45

@@ -14,7 +14,13 @@ _ROOT, _WEAK, _CASC, _CTX = Role.ROOT, Role.WEAK, Role.CASCADE, Role.CONTEXT
 HANG: tuple[Signature, ...] = (
     # ---- distributed hang -------------------------------------------------------------------------
     Signature(  # TORCH_DISTRIBUTED_DEBUG=DETAIL's check: the ranks' code entered different collectives (round 32)
-        "collective_desync", _D, _ROOT, r"Detected mismatch between collectives on ranks",
+        "collective_desync", _D, _ROOT,
+        # Each side's rank and fingerprint, kept before the line's text is cut to its first 400 characters.
+        r"Detected mismatch between collectives on ranks"
+        r"(?:\. Rank (?P<arank>\d+) is running collective: "
+        r"CollectiveFingerPrint\((?P<afp>[^()]*?TensorShape=\[[^\]]*\])"
+        r"(?:[^\n]*?, but Rank (?P<brank>\d+) is running collective: CollectiveFingerPrint\("
+        r"(?P<bfp>[^()]*?TensorShape=\[[^\]]*\]))?)?",
         ("mismatch between collectives",), False, "the ranks entered different collectives",
         ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
          "CollectiveFingerPrint(SequenceNumber=12, OpType=ALLREDUCE, TensorShape=[]), but Rank 3 is running ...",),

@@ -128,8 +128,15 @@ LOCALISING: tuple[Signature, ...] = (
     ),
     Signature(  # `scontrol show job`'s batch node: where the batch step, and errors it prints without a host, ran
         # (batch_host.py, round 36: a node-side launch failure held the job before any training line)
-        "slurm_batch_host", _S, _CTX, r"^\s*BatchHost=(?P<host>[A-Za-z][\w.-]*)\s*$",
-        ("BatchHost=",), None, "the job's batch step ran on {host}", ("   BatchHost=g-d17",),
+        # sacct's `.batch` row names it too, in the NodeList column of the header above it (batch_host.py, round 85c)
+        "slurm_batch_host", _S, _CTX,
+        r"(?:^\s*BatchHost=(?P<host>[A-Za-z][\w.-]*)\s*$|^\s*(?P<job>\d+)\.bat(?:ch|\+)\s+batch\s)",
+        ("BatchHost=", ".bat"), None, "the job's batch step ran on {host}",
+        ("   BatchHost=g-d17", " 2998062.batch      batch      FAILED   00:00:00        1            c004     2:0"),
+    ),
+    Signature(  # sacct's header: where its NodeList column ends (batch_host.py)
+        "sacct_header", _S, _CTX, r"^\s*JobID\s[^\n]*\bNodeList\b", ("NodeList",), None, "sacct's columns",
+        ("       JobID    JobName  Partition        NodeList      State ExitCode    Elapsed",),
     ),
     Signature(  # srun starting one launcher a node, each told its node rank by Slurm (`srun ... $LAUNCHER --node_rank
         # $SLURM_PROCID`): srun's tasks are launchers, not ranks (launchers._launcher_tasks, round 38)

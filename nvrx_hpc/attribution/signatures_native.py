@@ -91,8 +91,11 @@ NATIVE: tuple[Signature, ...] = (
         ("ORTE has lost communication with its daemon located on node:",),
     ),
     Signature(  # the line under it that names the node (context: alone it says nothing)
-        "mpi_daemon_host", _H, Role.CONTEXT, r"^\s+hostname:\s+(?P<host>[A-Za-z][\w.-]*)\s*$",
-        ("hostname:",), None, "Open MPI's lost daemon ran on {host}", ("  hostname:  ip-10-15-20-17.ec2.internal",),
+        # `a remote daemon` names its node in the block's `Remote daemon: [[22931,0],2] on node X` line (round 84b)
+        "mpi_daemon_host", _H, Role.CONTEXT,
+        r"^\s+(?:hostname:|Remote daemon\s*: \[\[\d+,\d+\],\d+\] on node)\s+(?P<host>[A-Za-z][\w.-]*)\s*$",
+        ("hostname:", "Remote daemon"), None, "Open MPI's lost daemon ran on {host}",
+        ("  hostname:  ip-10-15-20-17.ec2.internal", "  Remote daemon: [[22931,0],2] on node kws-cnn-hvd-worker-1"),
     ),
     Signature(  # a C++ extension's (or nccl-tests') NCCL check failed: `Failed, NCCL error <file>:<line> '<why>'`
         "cxx_nccl_check_failed", _F, _ROOT, r"^Failed[,:] NCCL error (?P<where>\S+\.(?:cpp|cc|cu|h):\d+)",

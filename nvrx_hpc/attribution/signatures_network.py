@@ -161,6 +161,23 @@ NETWORK: tuple[Signature, ...] = (
         ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
          "[127.0.0.1]:5120",),
     ),
+    Signature(  # the rendezvous "host" is a path or words: the launch put something else in MASTER_ADDR (a login
+        # script's echo that the launcher read as the host's address, round 85d)
+        "store_address_garbage", _A, _ROOT,
+        r"\[c10d\] The IPv[46] network addresses of \((?P<peer>[^,()]*[/ ][^,()]*), \d+\) cannot be retrieved",
+        ("cannot be retrieved",), False, "the rendezvous address is not a host's name: {peer}",
+        ("[W socket.cpp:697] [c10d] The IPv6 network addresses of (/root/envs/cu118.bashrc, 29500) cannot be retrieved "
+         "(gai error: -3 - Temporary failure in name resolution).",),
+    ),
+    Signature(  # c10d's client could not resolve the rendezvous host's name: the printer's resolver or hosts file
+        # (round 84a: `lab01` unknown on lab02). IPv4's and "not known" (-2) only: a cluster without IPv6 prints the
+        # IPv6 warning on every run, and -3 is a resolver's passing failure
+        "store_host_unresolved", _N, _ROOT,
+        r"\[c10d\] The IPv4 network addresses of \((?P<peer>[^,()]+), \d+\) cannot be retrieved \(gai error: -2\b",
+        ("cannot be retrieved",), False, "this host cannot resolve the rendezvous host's name {peer}",
+        ("[W socket.cpp:401] [c10d] The IPv4 network addresses of (lab01, 51873) cannot be retrieved (gai error: -2 - "
+         "Name or service not known).",),
+    ),
     Signature(
         "store_failure", _N, _WEAK,
         r"(?:RendezvousTimeoutError|RendezvousClosedError|DistStoreError|TCPStore[^\n]*(?:Connection reset|"

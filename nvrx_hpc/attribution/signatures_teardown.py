@@ -19,6 +19,16 @@ TEARDOWN: tuple[Signature, ...] = (
         ("terminate called",), True, "C++ terminate ({type})",
         ("terminate called after throwing an instance of 'c10::DistBackendError'",),
     ),
+    Signature(  # Intel's oneCCL failed a Level Zero call (`2024:06:10-09:19:22:(97125) |CCL_ERROR| ... ze error at
+        # zeCommandQueueExecuteCommandLists, code: ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY`): the collective library's
+        # failure on the process of that pid (rounds 38a, 84d)
+        "oneccl_ze_error", _F, _ROOT,
+        r":\((?P<pid>\d+)\) \|CCL_ERROR\| [^\n]*?ze error at \w+, code: (?P<code>ZE_RESULT_ERROR_\w+)",
+        ("|CCL_ERROR|",), False, "oneCCL's Level Zero call failed ({code})",
+        ("2024:06:10-09:19:22:(97125) |CCL_ERROR| worker.cpp:338 ccl_worker_func: worker 0 caught internal exception: "
+         "oneCCL: ze_call.cpp:28 do_call: EXCEPTION: ze error at zeCommandQueueExecuteCommandLists, code: "
+         "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY",),
+    ),
     Signature(
         "elastic_child_failed", _F, _CASC,
         r"(?:ChildFailedError|failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local_rank>\d+))",

@@ -107,6 +107,17 @@ def _one_node_hang(category: Category, ranks: Sequence[int], universe: set[int],
     return not any(h.rank is not None and h.fields.get("local_rank", str(h.rank)) != str(h.rank) for h in hits)
 
 
+_GPU_INDEX = re.compile(r"^(?:[A-Za-z][\w.-]*:)?(\d{1,2})$")  # `1`, `n1:1`; not a bus id (`0000:4f:00`)
+
+
+def _one_process(known: set[int], gpus: Sequence[str], f: Findings) -> bool:
+    """The job shows one process: no rank but 0, no launcher of several (`torchrun --nproc_per_node 4`, at a prompt
+    or in a script's trace), and no GPU index but 0 in the fault (a process on GPU 1 is one of several)."""
+    if not known <= {0} or f.several_started or any(h.fields.get("nproc", "1") != "1" for h in f.hits):
+        return False
+    return all(m is None or m.group(1) == "0" for m in map(_GPU_INDEX.match, gpus))
+
+
 def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause | None, tuple[int, ...]]:
     """The root cause, and the ranks it hit when the cause itself names none (a GPU that failed under
     an application error on the same node explains that error: its ranks are the culprits)."""
@@ -340,7 +351,13 @@ def decide(f: Findings) -> Verdict:
             and root.signature != "disk_full":
         nodes = the_only_host(f.hits, (*f.listed_nodes, *f.job_nodes))  # a one-node job: where it happened (lone_exit)
         if not nodes and not f.listed_nodes and not f.job_nodes and not any(h.node for h in f.hits):
-            nodes = sorted(f.prompt_hosts) if len(f.prompt_hosts) == 1 else []
+            # the host of the prompts the job was started at, when no line names another (round 68a: the GPU's
+            # Xid in a dmesg pasted beside `(lf) hsun@a100-ws02:~$ python train.py`)
+            at = f.prompt_hosts or f.shell_hosts
+            nodes = sorted(at) if len(at) == 1 else []
+    if not ranks and len(nodes) == 1 and category in (Category.GPU_HARDWARE, Category.HOST) \
+            and _one_process(universe | set(rank_nodes), gpus, f) and not {*f.listed_nodes, *f.job_nodes} - set(nodes):
+        ranks = [0]  # one process on one node: the node's fault hit it (round 68a's `python train.py`)
     killed_on = [m.group(1) or m.group(2) for c in co
                  if c.kind == "log" and (m := _RAY_KILLED_ON.search(c.evidence.text))]
     if not nodes and root.kind == "log" and killed_on:
