@@ -51,9 +51,9 @@ _BANNER_HOST = rb"[Hh]ost(?:name)?[ =:][ \t]*([A-Za-z][\w-]*[\d-][\w.-]*)"  # RE
 _BANNER_RANK = rb"(?:global_|world_)?rank[ =:][ \t]*(\d{1,6})\b"
 _BANNERS = ((re.compile(rb"rank[ =:][ \t]*(\d{1,6})\b[^\n]{0,160}?(?<![\w-])" + _BANNER_HOST), 1, 2),
             (re.compile(_BANNER_HOST + rb"[^\n]{0,160}?(?<![\w-])" + _BANNER_RANK), 2, 1),
-            # `rank 1/2 on kws-cnn-hvd-worker-1` (a Horovod script's own banner, round 84b)
+            # `rank 1/2 on kws-cnn-hvd-worker-1` (a Horovod script's own banner, round 84b); not a device (`cuda-3`)
             (re.compile(rb"rank[ =:]?[ \t]*(\d{1,6})(?:/\d{1,6})? on (?:host |node )?"
-                        rb"(?!(?:cuda|xpu|npu|hpu|mps|device)[-:]?\d)([A-Za-z][\w-]*[\d-][\w.-]*)"), 1, 2))  # not a device
+                        rb"(?!(?:cuda|xpu|npu|hpu|mps|device)[-:]?\d)([A-Za-z][\w-]*[\d-][\w.-]*)"), 1, 2))
 # A per-node launcher's banner that names its host in the line's lead and the range of global ranks it
 # runs (`[gx-203] torchrun node_rank=2: local ranks 0-3 -> global ranks 8-11`, `[nid001229] rank 0-3 up`,
 # pdsh's `gx-203: ranks 8-11`); a local range is not the ranks.

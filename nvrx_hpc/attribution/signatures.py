@@ -17,6 +17,7 @@ from nvrx_hpc.attribution.signatures_hang import HANG
 from nvrx_hpc.attribution.signatures_localising import LOCALISING
 from nvrx_hpc.attribution.signatures_native import NATIVE
 from nvrx_hpc.attribution.signatures_network import NETWORK
+from nvrx_hpc.attribution.signatures_node import NODE
 from nvrx_hpc.attribution.signatures_teardown import TEARDOWN
 
 __all__ = ["Signature", "CATALOG", "catalog_by_id", "XID_HARDWARE", "XID_APPLICATION",
@@ -67,29 +68,7 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("NVLink: fatal error detected on link 3",
          "torch.AcceleratorError: CUDA error: Invalid access of peer GPU memory over nvlink or a hardware error"),
     ),
-    Signature(  # the node's amdgpu firmware missing: its install, not its cards (a `Fatal error during GPU init` follows)
-        "amdgpu_firmware_missing", _H, _ROOT, r"Direct firmware load for amdgpu/\S+ failed with error",
-        ("Direct firmware load",), False, "the node's amdgpu firmware is missing",
-        ("[Tue May 14 08:41:19 2024] amdgpu 0000:d6:00.0: Direct firmware load for amdgpu/aldebaran_sos.bin failed "
-         "with error -2",),
-    ),
-    Signature(  # AMD's driver on a failing card: an uncorrectable (RAS/HBM) error, a card that fails to start, a
-        # reset that does not bring it back, its microcode scheduler gone (rounds 84d, 85f)
-        "amdgpu_fault", _G, _ROOT,
-        r"amdgpu (?P<gpu>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)?[^\n]*?(?:uncorrectable hardware error|"
-        r"Fatal error during GPU init|GPU Recovery Failed|HBM \d+ UE|"
-        r"MES might be in unrecoverable state|PCIe Bus Error: severity=Uncorrected)",
-        ("amdgpu",), True, "AMD GPU hardware fault",
-        ("[Tue May 14 08:41:22 2024] amdgpu 0000:d6:00.0: amdgpu: Fatal error during GPU init",
-         "Oct 02 08:04:51 mx3-n12 kernel: amdgpu 0000:9f:00.0: amdgpu: HBM 3 UE 1 (umc channel 14)"),
-    ),
-    Signature(  # the rest of its RAS log (`[Hardware Error]: Accelerator Check Architecture events logged`, the ACA
-        # banks): corrected errors too, so context, not the host's `[Hardware Error]`
-        "amdgpu_ras_log", _G, _CTX, r"amdgpu [^\n]*\[Hardware Error\]", ("amdgpu",), None,
-        "AMD GPU RAS log",
-        ("amdgpu 0000:05:00.0: amdgpu: [Hardware Error]: Accelerator Check Architecture events logged",),
-    ),
-) + NETWORK + (
+) + NETWORK + NODE + (
     # ---- host -----------------------------------------------------------------------------------
     Signature(
         "linux_oom_kill", _H, _ROOT,
@@ -266,9 +245,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     Signature(  # the kubelet evicting pods when its node runs short of memory or disk: it evicts first the pods that
         # use more than they requested, so the job's own demand did it (round 74d); its node events name the node
         "k8s_evicted", _H, _ROOT,
-        r"(?:The node was low on resource: \w[\w-]*|\b(?:EvictionThresholdMet|NodeHasInsufficientMemory|"
+        # a pod over its ephemeral-storage limit (a checkpoint written to the container's disk, round 86a)
+        r"(?:The node was low on resource: \w[\w-]*|Pod ephemeral local storage usage exceeds|"
+        r"\b(?:EvictionThresholdMet|NodeHasInsufficientMemory|"
         r"NodeHasDiskPressure)\s+node/(?P<node>[A-Za-z][\w.-]*))",
-        ("low on resource", "node/"), False, "Kubernetes evicted the job's pod: its node ran short of memory or disk",
+        ("low on resource", "node/", "ephemeral local storage"), False,
+        "Kubernetes evicted the job's pod: it or its node ran short of memory or disk",
         ("2m  Warning  Evicted  pod/train-0  The node was low on resource: memory. Container main was using "
          "49837196Ki, which exceeds its request of 1Gi.",),
     ),
@@ -484,7 +466,8 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
 # Hits that victims print about a peer or a collective: who prints them is not who caused them.
 # A whole node went (Slurm's node failure, Ray's dead node, a lost agent or daemon): its ranks, not one of them.
 NODE_LOST_SIGNATURES = frozenset({"node_failure", "slurm.node_fail", "ray_node_dead", "determined_agent_lost",
-                                  "pdsh_remote_not_found", "mpi_daemon_lost", "host_crashed"})
+                                  "pdsh_remote_not_found", "mpi_daemon_lost", "host_crashed", "pals_node_no_reply",
+                                  "pals_node_app_lost"})
 VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "watchdog_dump_progress",
                      "heartbeat_stuck",
                      "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout",

@@ -178,6 +178,13 @@ NETWORK: tuple[Signature, ...] = (
         ("[W socket.cpp:401] [c10d] The IPv4 network addresses of (lab01, 51873) cannot be retrieved (gai error: -2 - "
          "Name or service not known).",),
     ),
+    Signature(  # a launcher's ssh could not resolve a worker's name (a pod not yet up, a hostfile's typo), round 86a
+        "ssh_host_unresolved", _N, _ROOT,
+        r"ssh: Could not resolve hostname (?P<failed>[A-Za-z][\w-]*)[\w.-]*: (?:Name or service not known|"
+        r"Temporary failure in name resolution)",
+        ("Could not resolve hostname",), True, "the launcher could not resolve {failed}'s name",
+        ("ssh: Could not resolve hostname seg-hvd-mpiworker-5.seg-hvd: Name or service not known",),
+    ),
     Signature(
         "store_failure", _N, _WEAK,
         r"(?:RendezvousTimeoutError|RendezvousClosedError|DistStoreError|TCPStore[^\n]*(?:Connection reset|"

@@ -175,7 +175,8 @@ def test_c10ds_ipv6_warning_on_a_cluster_without_ipv6_is_not_the_failure(tmp_pat
 
 def test_a_login_nodes_prompt_that_submits_and_reads_the_log_is_not_where_the_job_ran(tmp_path):
     out = ["[alice@login01 ~]$ sbatch train.sbatch", "Submitted batch job 4242",
-           "[alice@login01 ~]$ tail -n 6 slurm-4242.out", "RuntimeError: CUDA error: uncorrectable ECC error encountered"]
+           "[alice@login01 ~]$ tail -n 6 slurm-4242.out",
+           "RuntimeError: CUDA error: uncorrectable ECC error encountered"]
     v = _verdict(tmp_path, {"session.txt": out})
     assert v.culprit.nodes == () and v.culprit.ranks == ()
 
@@ -209,8 +210,8 @@ def test_amds_corrected_errors_do_not_outrank_the_applications_own(tmp_path):
 
 
 def test_amdgpu_firmware_missing_is_the_nodes_install_not_its_cards(tmp_path):
-    dmesg = [f"[Tue May 14 08:41:{19 + i} 2024] amdgpu 0000:{bus}:00.0: Direct firmware load for amdgpu/aldebaran_sos.bin"
-             " failed with error -2" for i, bus in enumerate(("c1", "c9"))]
+    dmesg = [f"[Tue May 14 08:41:{19 + i} 2024] amdgpu 0000:{bus}:00.0: Direct firmware load for "
+             "amdgpu/aldebaran_sos.bin failed with error -2" for i, bus in enumerate(("c1", "c9"))]
     dmesg += ["[Tue May 14 08:41:22 2024] amdgpu 0000:c1:00.0: amdgpu: Fatal error during GPU init"]
     v = _verdict(tmp_path, {"dmesg-mi-n04.txt": dmesg})
     assert v.category is Category.HOST and v.culprit.nodes == ("mi-n04",)

@@ -1,0 +1,80 @@
+"""The catalog's node part: a node's GPUs failing outside NVIDIA's Xids (AMD's driver, a GPU that did not
+initialise), its driver stack out of step, and a node its launcher or cluster lost (HPE's PALS, Kubernetes' kills).
+It sits after the network signatures and before the host's in `signatures.CATALOG`: AMD's driver prints its own
+`[Hardware Error]`, which the host's kernel-fault signature would take."""
+
+from __future__ import annotations
+
+from nvrx_hpc.attribution.api import Category, Role
+from nvrx_hpc.attribution.signature_record import Signature
+
+__all__ = ["NODE"]
+
+_G, _H = Category.GPU_HARDWARE, Category.HOST
+_ROOT, _CTX = Role.ROOT, Role.CONTEXT
+
+NODE: tuple[Signature, ...] = (
+    Signature(  # the node's amdgpu firmware missing: its install, not its cards (`Fatal error during GPU init` follows)
+        "amdgpu_firmware_missing", _H, _ROOT, r"Direct firmware load for amdgpu/\S+ failed with error",
+        ("Direct firmware load",), False, "the node's amdgpu firmware is missing",
+        ("[Tue May 14 08:41:19 2024] amdgpu 0000:d6:00.0: Direct firmware load for amdgpu/aldebaran_sos.bin failed "
+         "with error -2",),
+    ),
+    Signature(  # AMD's driver on a failing card: an uncorrectable (RAS/HBM) error, a card that fails to start, a
+        # reset that does not bring it back, its microcode scheduler gone (rounds 84d, 85f)
+        "amdgpu_fault", _G, _ROOT,
+        r"amdgpu (?P<gpu>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)?[^\n]*?(?:uncorrectable hardware error|"
+        r"Fatal error during GPU init|GPU Recovery Failed|HBM \d+ UE|"
+        r"MES might be in unrecoverable state|PCIe Bus Error: severity=Uncorrected)",
+        ("amdgpu",), True, "AMD GPU hardware fault",
+        ("[Tue May 14 08:41:22 2024] amdgpu 0000:d6:00.0: amdgpu: Fatal error during GPU init",
+         "Oct 02 08:04:51 mx3-n12 kernel: amdgpu 0000:9f:00.0: amdgpu: HBM 3 UE 1 (umc channel 14)"),
+    ),
+    Signature(  # the rest of its RAS log (`[Hardware Error]: Accelerator Check Architecture events logged`, the ACA
+        # banks): corrected errors too, so context, not the host's `[Hardware Error]`
+        "amdgpu_ras_log", _G, _CTX, r"amdgpu [^\n]*\[Hardware Error\]", ("amdgpu",), None,
+        "AMD GPU RAS log",
+        ("amdgpu 0000:05:00.0: amdgpu: [Hardware Error]: Accelerator Check Architecture events logged",),
+    ),
+    Signature(  # the kernel driver could not bring a GPU up (round 86b: a VM that then lists seven GPUs of eight)
+        "gpu_init_failed", _G, _ROOT, r"\bRmInitAdapter failed|\brm_init_adapter failed",
+        ("RmInitAdapter", "rm_init_adapter"), True, "the NVIDIA driver could not initialise a GPU",
+        ("NVRM: RmInitAdapter failed! (0x22:0x56:742)",),
+    ),
+    Signature(  # the node's driver and its CUDA or NVML libraries out of step: a driver upgraded under a running
+        # system, a container toolkit newer than the host's driver (rounds 86a, 86b); the node's, restartable without it
+        "driver_stack_mismatch", _H, _ROOT,
+        r"(?:[Dd]river/library version mismatch|NVRM: API mismatch|system has unsupported display driver / cuda "
+        r"driver combination|forward compatibility was attempted on non supported HW)",
+        ("version mismatch", "API mismatch", "unsupported display driver", "forward compatibility"), True,
+        "the node's NVIDIA driver and its CUDA or NVML libraries do not match",
+        ("Failed to initialize NVML: Driver/library version mismatch",
+         "RuntimeError: CUDA error: system has unsupported display driver / cuda driver combination"),
+    ),
+    Signature(  # HPE's PALS launcher lost a node: `ping failed on A: No reply from B` (B is gone), or `ping failed on
+        # B: Application <uuid> not found` (B rebooted under the job), round 86f
+        "pals_node_no_reply", _H, _ROOT, r"\bping failed on [\w.-]+: No reply from (?P<failed>[A-Za-z][\w-]*)",
+        ("ping failed",), True, "the launcher lost touch with {failed}",
+        ("ping failed on x4102c3s0b0n0: No reply from x4209c5s1b0n0.hostmgmt2209.cm.aurora.alcf.anl.gov after 93s",),
+    ),
+    Signature(
+        "pals_node_app_lost", _H, _ROOT,
+        r"\bping failed on (?P<failed>[A-Za-z][\w-]*)[\w.-]*: Application \S+ not found",
+        ("ping failed",), True, "the job's processes are gone from {failed} (the node restarted under it)",
+        ("ping failed on x4616c0s4b0n0: Application 8e21c6d4-7b0f-4c3a-9a51-2f6e0d94b1c7 not found",),
+    ),
+    Signature(  # a process out of file descriptors: the node's open-file limit (`ulimit -n 1024`), met again on every
+        # run until it is raised (rounds 85e, 86d)
+        "open_files_exhausted", _H, _ROOT, r"\[Errno 24\] Too many open files|\bToo many open files\b",
+        ("Too many open files",), False, "a process ran out of file descriptors (the node's open-file limit)",
+        ("gpub3a6: OSError: [Errno 24] Too many open files",),
+    ),
+    Signature(  # Kubernetes killed a container over its memory limit (`kubectl get pods`' row, `describe`'s reason):
+        # the job's own demand, like Slurm's cgroup kill (round 86a)
+        "k8s_oom_killed", _H, _ROOT,
+        r"(?:^(?P<failed>[a-z][\w.-]*)\s+\d+/\d+\s+OOMKilled\b|^\s*Reason:\s+OOMKilled\b)",
+        ("OOMKilled",), False,
+        "Kubernetes killed a container over its memory limit",
+        ("gpt-efa-worker-2         0/1     OOMKilled   0          14m", "      Reason:       OOMKilled"),
+    ),
+)
