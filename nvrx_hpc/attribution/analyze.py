@@ -53,6 +53,7 @@ from nvrx_hpc.attribution.node_ranks import shared_node_ranks
 from nvrx_hpc.attribution.one_host_file import place_by_one_host_file
 from nvrx_hpc.attribution.output_blocks import block_ranks
 from nvrx_hpc.attribution.prompts import Session, place_by_prompts, read_prompts
+from nvrx_hpc.attribution.ray_actor import dead_actor_pids
 from nvrx_hpc.attribution.resources import DiskRow, shm_bus_errors
 from nvrx_hpc.attribution.scanner import Scanner
 from nvrx_hpc.attribution.single_process import single_process_rank
@@ -253,7 +254,8 @@ def analyze(
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
     hits = global_cgroup_tasks(align_years(log_dir_ranks(mark_local_prefixes(hits)), dated))
-    hits = enrich(traceback_ranks(place_by_exit_codes(spawn_ranks(block_ranks(file_proc_ranks(hits))))))
+    hits = traceback_ranks(place_by_exit_codes(spawn_ranks(block_ranks(file_proc_ranks(hits)))))
+    hits = enrich(dead_actor_pids(hits))
     hits = exception_before_exit(hits)
     hits = name_victims(drop_recovered(traceback_ranks(hits, headers=("ray_task_error",))))
     hits = quiet_terminated(aborts_after_exceptions(crash_exits(library_asserts(accesses_the_driver_blames(hits)))))

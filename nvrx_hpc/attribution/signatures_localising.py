@@ -134,6 +134,11 @@ LOCALISING: tuple[Signature, ...] = (
         ("BatchHost=", ".bat"), None, "the job's batch step ran on {host}",
         ("   BatchHost=g-d17", " 2998062.batch      batch      FAILED   00:00:00        1            c004     2:0"),
     ),
+    Signature(  # the `pid:` and `ip:` of the actor a RayActorError says died (ray_actor.py)
+        "ray_dead_actor", _S, _CTX, r"^\s+(?:pid: (?P<actor_pid>\d+)|ip: (?P<actor_ip>(?:\d{1,3}\.){3}\d{1,3}))\s*$",
+        ("pid: ", "ip: "), None, "the dead actor's process",
+        ("\tpid: 1942", "\tip: 10.1.4.23"),
+    ),
     Signature(  # sacct's header: where its NodeList column ends (batch_host.py)
         "sacct_header", _S, _CTX, r"^\s*JobID\s[^\n]*\bNodeList\b", ("NodeList",), None, "sacct's columns",
         ("       JobID    JobName  Partition        NodeList      State ExitCode    Elapsed",),

@@ -75,3 +75,16 @@ def test_a_launchers_ssh_that_cannot_resolve_a_worker_names_the_worker(tmp_path)
            "ORTE was unable to reliably start one or more daemons."]
     v = _verdict(tmp_path, {"mpimaster-0.log": out})
     assert v.category is Category.NETWORK and v.culprit.nodes == ("seg-hvd-mpiworker-5",)
+
+
+def test_the_worker_ray_says_died_is_the_rank_its_table_gives_the_dead_actors_pid(tmp_path):
+    out = [f"(TorchTrainer pid=1876, ip=10.1.4.21) - (ip=10.1.4.2{n}, pid={1940 + r}) world_rank={r}, "
+           f"local_rank={r % 2}" for r, n in ((0, 1), (1, 1), (2, 3), (3, 3))]
+    out += ["2023-01-17 17:21:35,472\tWARNING worker.py:1829 -- A worker died or was killed while executing a task by "
+            "an unexpected system error.", "\tclass_name: RayTrainWorker",
+            "\tactor_id: 9f14a9c36c7c0b4cd8b4a1f904000000", "\tpid: 1943", "\tip: 10.1.4.23",
+            "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+            "Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root "
+            "causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage."]
+    v = _verdict(tmp_path, {"driver.log": out})
+    assert v.culprit.ranks == (3,) and "10.1.4.23" in v.culprit.nodes
