@@ -15,7 +15,7 @@ FRAMEWORK_PACKAGES = (r"torch|deepspeed|lightning|pytorch_lightning|lightning_fa
                       r"xformers|triton")
 
 _A, _F, _D = Category.APPLICATION, Category.FRAMEWORK_CRASH, Category.DISTRIBUTED_HANG
-_S = Category.SCHEDULER
+_S, _N = Category.SCHEDULER, Category.NETWORK
 _CTX = Role.CONTEXT
 
 LOCALISING: tuple[Signature, ...] = (
@@ -26,6 +26,14 @@ LOCALISING: tuple[Signature, ...] = (
         ("nranks", "nRanks"), None, "NCCL communicator of {world} ranks",
         ("n3:2231:2290 [5] NCCL INFO comm 0x55d0c0 rank 13 nranks 16 cudaDev 5 busId ab000 - Init COMPLETE",
          "n3:2231:2290 [5] NCCL INFO comm 0x55a8167a rank 13 nRanks 16 nNodes 2 localRanks 8 localRank 5 MNNVL 0"),
+    ),
+    Signature(  # a host telling its group to meet at a bridge's address (bridge_host.py, round 84c); before
+        # `world_size`, which the same line would give
+        "bridge_advertised", _N, _CTX,
+        r"\bmaster_addr(?:ess)?[=:] ?(?P<addr>(?:172\.17\.0|192\.168\.122)\.\d{1,3})\b",
+        ("master_addr",), None, "the group's master address {addr} is a bridge's",
+        ("(ActorModelRayActor pid=9921, ip=10.0.3.21) Init vllm process group: master_address=172.17.0.3, "
+         "master_port=41229, world_size=5, backend=nccl",),
     ),
     Signature(
         "world_size", _D, _CTX,

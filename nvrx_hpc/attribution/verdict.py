@@ -27,6 +27,7 @@ from nvrx_hpc.attribution.api import (
     TimelineEvent,
     Verdict,
 )
+from nvrx_hpc.attribution.bridge_host import bridge_advertiser
 from nvrx_hpc.attribution.causes import Cause, Findings, cause_key, gather_causes
 from nvrx_hpc.attribution.dcp_ranks import failed_ranks
 from nvrx_hpc.attribution.dead_peer import killed_first
@@ -318,6 +319,11 @@ def decide(f: Findings) -> Verdict:
             ranks, nodes, gpus = [], [peer.node] if peer.node else [], []
             peer_unknown = peer.node is None
             found_by = "; " + peer.explain()
+    bridge = root.signature == "bridge_address_unreachable"
+    advertiser = bridge_advertiser(root.evidence.text, f.hits) if bridge else None
+    if advertiser is not None:  # the host that gave out the bridge's address, not the peer that dialled it
+        ranks, nodes, gpus = [], [advertiser], []
+        found_by = f"; {advertiser} advertised that address, which the others dialled"
     downs = [(n, c.time, c.evidence.text, c.evidence.source) for c in co for n in c.nodes if c.signature in LINK_EVENTS]
     together = fabric_wide(downs) if root.signature in LINK_EVENTS else 0
     if together:  # links of several hosts lost at once: the switch they share, not one node (fabric.py)

@@ -221,3 +221,22 @@ def test_a_logfmt_process_field_is_a_pid_not_a_rank(tmp_path):
     out = ['process=48213 host=gpu-n03 level=error msg="RuntimeError: CUDA error: uncorrectable ECC error encountered"']
     v = _verdict(tmp_path, {"train.log": out})
     assert 48213 not in v.culprit.ranks
+
+
+def _bridge_run(advertisers: tuple[str, ...]) -> list[str]:
+    out = [f"(ActorModelRayActor pid=99{i}, ip={a}) Init vllm process group: master_address=172.17.0.3, "
+           "master_port=41229, world_size=3, backend=nccl" for i, a in enumerate(advertisers)]
+    out += ["(LLMRayActor pid=8114, ip=10.0.3.22) init_process_group: master_address=172.17.0.3, master_port=41229, "
+            "rank=1, world_size=3", "(LLMRayActor pid=8114, ip=10.0.3.22) [E311 09:46:45.204455910 socket.cpp:957] "
+            "[c10d] The client socket has timed out after 1800s while trying to connect to (172.17.0.3, 41229)."]
+    return out
+
+
+def test_the_host_that_advertised_a_bridges_address_is_named_not_the_peer_that_dialled_it(tmp_path):
+    v = _verdict(tmp_path, {"ray-job-driver.log": _bridge_run(("10.0.3.21",))})
+    assert v.category is Category.NETWORK and v.culprit.nodes == ("10.0.3.21",)
+
+
+def test_two_hosts_advertising_a_bridges_address_name_neither(tmp_path):
+    v = _verdict(tmp_path, {"ray-job-driver.log": _bridge_run(("10.0.3.21", "10.0.3.23"))})
+    assert "10.0.3.21" not in v.culprit.nodes and "10.0.3.23" not in v.culprit.nodes
