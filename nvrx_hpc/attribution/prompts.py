@@ -105,12 +105,12 @@ _RANK_FLAG = re.compile(r"(?<![\w-])--rank[= ](\d{1,6})\b")
 # a command that starts several processes itself: its `--rank` is the node's (PyTorch's ImageNet example)
 _SPAWNS = re.compile(r"multiprocessing[-_]distributed|--nproc|--gpus?\b|--ngpus|"
                      r"(?:^|[\s/])(?:mpirun|mpiexec|srun|horovodrun|deepspeed|torchrun)\b|\s-np?\s")
-# a variable as `env`, `printenv` and `/proc/<pid>/environ` split on NULs print it, alone or joined on a line
 # a launcher of several processes besides `_SPAWNS`' (accelerate's `--num_processes 8`, a `--world-size 8`)
 _SEVERAL = re.compile(r"(?:^|[\s/])accelerate\s+launch\b|--num[-_]processes[= ]*(?:[2-9]|\d\d)|"
                       r"--world[-_]size[= ]*(?:[2-9]|\d\d)")
 # a program that runs on the prompt's host: Python, a shell script, a one-node launcher
 _HERE_PROGRAM = re.compile(r"^(?:python[\d.]*|(?:ba|z|da)?sh|\S+\.(?:sh|py)|torchrun|accelerate|deepspeed|composer)$")
+# a variable as `env`, `printenv` and `/proc/<pid>/environ` split on NULs print it, alone or joined on a line
 _ENV_RANK = re.compile(rb"(?m)(?:^|[ \t])(?:export )?(?:RANK|SLURM_PROCID|OMPI_COMM_WORLD_RANK|PMI_RANK)="
                        rb"(\d{1,6})(?=[ \t]|$)")
 
