@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from nvrx_hpc.attribution.api import Hit
 
-__all__ = ["node_aliases", "apply_aliases", "short_hosts"]
+__all__ = ["node_aliases", "pod_nodes", "apply_aliases", "short_hosts"]
 
 _NODE = re.compile(rb"\bNodeName=([A-Za-z][\w.-]*)")
 _ADDR = re.compile(rb"\bNode(?:Addr|HostName)=([A-Za-z0-9][\w.:-]*)")
@@ -25,6 +25,10 @@ _POD_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](IP)[ \t]+(NODE)(?:[ \t].*)?$
 # `ray list nodes`: each node's address and its name (round 37)
 _RAY_HEAD = re.compile(rb"(?m)^[ \t]*NODE_ID[ \t]+(NODE_IP)\b.*?[ \t](NODE_NAME)(?:[ \t].*)?$")
 _IP = re.compile(rb"(?:\d{1,3}\.){3}\d{1,3}$")
+# `kubectl describe pod`: the pod's `Name:`, then a few lines down the `Node:` it was placed on (`node/10.1.2.3`)
+_DESCRIBED_POD = re.compile(
+    rb"(?m)^Name:[ \t]+([A-Za-z][\w.-]*)[ \t]*\r?\n(?:[^\n]*\n){0,12}?Node:[ \t]+([A-Za-z][\w.-]*)/"
+)
 _EC2_HOST = re.compile(r"^ip-(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})(?:\.|$)")  # ip-10-1-45-12.ec2.internal
 
 
@@ -33,7 +37,8 @@ def node_aliases(data: bytes) -> dict[str, str]:
     instance listings (an address Slurm names keeps Slurm's name)."""
     found: dict[str, str] = {}
     if b"NodeName=" not in data:
-        return _listed_addresses(data) if b"INTERNAL" in data or b" NODE" in data else found
+        listing = b"INTERNAL" in data or b" NODE" in data or b"\nNode:" in data
+        return {**_listed_addresses(data), **pod_nodes(data)} if listing else found
     starts = list(_NODE.finditer(data))
     for i, m in enumerate(starts):
         end = min(m.end() + _REACH, starts[i + 1].start() if i + 1 < len(starts) else len(data))
@@ -43,18 +48,31 @@ def node_aliases(data: bytes) -> dict[str, str]:
             if alias != node and alias != "(null)":
                 found.setdefault(alias, node)
     if b"INTERNAL" in data or b" NODE" in data:  # Slurm's own names first
-        for alias, node in _listed_addresses(data).items():
+        for alias, node in {**_listed_addresses(data), **pod_nodes(data)}.items():
             found.setdefault(alias, node)
     return found
 
 
-def _listed_addresses(data: bytes) -> dict[str, str]:
+def pod_nodes(data: bytes) -> dict[str, str]:
+    """pod -> the Kubernetes node it ran on, from pod listings and `kubectl describe pod` (round 86a): a pod that
+    the node admitted but never started has no address yet, and is still that node's."""
+    found = {}
+    if b" NODE" in data:
+        found = _listed_addresses(data, pods=True)
+    if b"\nNode:" in data:
+        for m in _DESCRIBED_POD.finditer(data):
+            found.setdefault(m.group(1).decode(), m.group(2).decode())
+    return found
+
+
+def _listed_addresses(data: bytes, pods: bool = False) -> dict[str, str]:
     """address -> instance name from the rows under an instance listing's header (columns are aligned: a row's
     address starts where its header's `INTERNAL_IP` does; a blank line ends the table); in a pod listing, the
-    pod's address -> its `NODE` column."""
+    pod's address -> its `NODE` column; with `pods`, only each pod's name -> its node."""
     found: dict[str, str] = {}
-    heads = [(h, None) for h in _LISTING_HEAD.finditer(data)] + [(h, 2) for h in _POD_HEAD.finditer(data)]
-    heads += [(h, 2) for h in _RAY_HEAD.finditer(data)]
+    heads = [] if pods else [(h, None) for h in _LISTING_HEAD.finditer(data)]
+    heads += [(h, 2) for h in _POD_HEAD.finditer(data)]
+    heads += [] if pods else [(h, 2) for h in _RAY_HEAD.finditer(data)]
     for head, named_by in heads:
         column, pos = head.start(1) - head.start(), head.end() + 1
         node_column = head.start(named_by) - head.start() if named_by else None
@@ -65,10 +83,13 @@ def _listed_addresses(data: bytes) -> dict[str, str]:
                 break
             fields, cell = row.split(), (row[column:].split(None, 1) or [b""])[0]
             name = fields[0] if fields and node_column is None else (row[node_column:].split(None, 1) or [b""])[0]
-            if fields and name and _IP.match(cell) and row[column - 1 : column] in (b" ", b"\t"):
+            if not (fields and name and row[column - 1 : column] in (b" ", b"\t")) or \
+                    not (_IP.match(cell) or pods and cell == b"<none>" and name[:1].isalpha()):
+                continue
+            if not pods:
                 found.setdefault(cell.decode(), name.decode())
-                if named_by and fields[0] != name and fields[0][:1].isalpha():  # a pod's host name is its own
-                    found.setdefault(fields[0].decode(), name.decode())  # name: the node it runs on (round 37)
+            if named_by and fields[0] != name and fields[0][:1].isalpha():  # a pod's host name is its own
+                found.setdefault(fields[0].decode(), name.decode())  # name: the node it runs on (round 37)
     return found
 
 

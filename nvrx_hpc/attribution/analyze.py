@@ -136,14 +136,14 @@ def _scan_logs(
     scanner: Scanner, files: RunFiles, since: float | None, problems: list[FileProblem], seen_ranks: set[int],
     dated: list[float], rank_hosts: dict[int, str], addr_hosts: dict[str, str], disks: list[DiskRow],
     listed: set[str], aliases: dict[str, str], at_prompts: set[str], calls: list[CollSample],
-    file_ranks: dict[str, dict[int, str]], shells: Session,
+    file_ranks: dict[str, dict[int, str]], shells: Session, pods: dict[str, str],
 ) -> tuple[list[Hit], int]:
     """Hits of every log and stack file; `seen_ranks` gets the ranks their line prefixes and names show,
     `dated` a few of their dated stamps, `rank_hosts` the hosts their prefixes pair with ranks,
     `addr_hosts` the hosts their lines pair with network addresses, `disks` their `df` rows, `listed` the
     hosts of the nodelists they print, `aliases` the Slurm names of hosts and addresses, `file_ranks` each file's
     own rank -> host pairs, `shells` what the pasted sessions say together (their hosts, the hosts they ran a program
-    on, whether they started several processes, their containers' hosts)."""
+    on, whether they started several processes, their containers' hosts), `pods` the node of each Kubernetes pod."""
     hits: list[Hit] = []
     scanned = 0
     # A directory a kernel log is named by (`node036/dmesg.txt`) is that host's: its other files are too.
@@ -164,6 +164,7 @@ def _scan_logs(
             shells.named |= session.named
             shells.ran_on |= session.ran_on
             shells.several = shells.several or session.several
+            shells.p2p_off_trains = shells.p2p_off_trains or session.p2p_off_trains
             for container, host in session.containers.items():
                 aliases.setdefault(container, host)
             found = place_by_prompts(found, session.prompts, file_host=ctx.node, ranks=session.started)
@@ -183,6 +184,8 @@ def _scan_logs(
             calls.append(sampled.coll)
             for alias, node in sampled.aliases.items():
                 aliases.setdefault(alias, node)
+            for pod, node in sampled.pods.items():
+                pods.setdefault(pod, node)
             if rank is not None:
                 seen_ranks.add(rank)
             if named_host is not None:
@@ -243,8 +246,9 @@ def analyze(
     calls: list[CollSample] = []
     file_ranks: dict[str, dict[int, str]] = {}
     shells = Session()
+    pods: dict[str, str] = {}
     hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks,
-                               listed, aliases, at_prompts, calls, file_ranks, shells)
+                               listed, aliases, at_prompts, calls, file_ranks, shells, pods)
     hits = place_by_file_host(apply_aliases(hits, rank_hosts, addr_hosts, aliases), listed)
     hits = place_by_one_host_file(hits, file_ranks)
     hits = shm_bus_errors(other_pid_dumps(hits), disks)
@@ -279,7 +283,8 @@ def analyze(
                  job_nodes=tuple(job_nodes), listed_nodes=frozenset(listed), seen_ranks=frozenset(seen_ranks),
                  rank_hosts=rank_hosts, addr_hosts=addr_hosts, stamps=tuple(dated), disks=tuple(disks),
                  prompt_hosts=frozenset(at_prompts), shell_hosts=frozenset(shells.ran_on),
-                 several_started=shells.several, odd_call=odd_collective(calls))
+                 several_started=shells.several, odd_call=odd_collective(calls), pod_nodes=pods,
+                 p2p_off_trains=shells.p2p_off_trains)
     )  # fmt: skip
     inputs = {
         "logs": len(files.logs),

@@ -55,6 +55,8 @@ class Findings:
     shell_hosts: frozenset[str] = frozenset()  # hosts whose pasted prompts ran a program there (prompts.py)
     several_started: bool = False  # a pasted prompt's command started several processes (a launcher)
     odd_call: tuple[tuple[int, ...], str] | None = None  # ranks that called another collective (coll_ops.py)
+    pod_nodes: Mapping[str, str] = field(default_factory=dict)  # a Kubernetes pod -> the node it ran on
+    p2p_off_trains: bool = False  # a pasted rerun with NCCL's peer-to-peer transport off trained (prompts.py)
 
 
 @dataclass

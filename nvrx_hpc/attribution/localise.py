@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import NamedTuple
 
-from nvrx_hpc.attribution.aliases import node_aliases
+from nvrx_hpc.attribution.aliases import node_aliases, pod_nodes
 from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.coll_ops import CollSample, sample_collectives
 from nvrx_hpc.attribution.job_hosts import scheduler_hosts
@@ -167,6 +167,7 @@ class FileSample(NamedTuple):
     listed: frozenset[str] = frozenset()  # the job's nodes, from a nodelist the log prints (`_NODELIST`)
     aliases: Mapping[str, str] = MappingProxyType({})  # a node's host name or address -> its Slurm name (aliases.py)
     coll: CollSample = CollSample({}, [])  # NCCL's log of each collective call (coll_ops.py)
+    pods: Mapping[str, str] = MappingProxyType({})  # a Kubernetes pod -> the node it ran on (aliases.py)
 
 
 def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
@@ -225,7 +226,7 @@ def sample_file(path: Path, sample: int = _SAMPLE) -> FileSample:
     if master is not None:
         hosts.setdefault(0, master)
     coll = sample_collectives(head + b"\n" + tail)
-    return FileSample(found, dated, hosts, addresses, disks, listed, node_aliases(head), coll)
+    return FileSample(found, dated, hosts, addresses, disks, listed, node_aliases(head), coll, pod_nodes(head))
 
 
 # torch's env:// rendezvous (and torchrun's static one) takes MASTER_ADDR as rank 0's host (round 42); a c10d

@@ -75,6 +75,10 @@ _RAY_ADDRESS = re.compile(r"^\([\w-]+(?:,? pid=\d+)?, ip=([\d.]+)\)|Memory on th
 _RAY_KILLED_ON = re.compile(r"\bat node \(ID: \w+, IP: ([\d.]+)\)|Memory on the node \(IP: ([\d.]+),")
 
 
+# a node's limit that one process met (the kernel's OOM kill, its open-file limit): that process's rank with the node
+_PROCESS_HOST_FAULTS = ("linux_oom_kill", "open_files_exhausted")
+
+
 def _rank_nodes(f: Findings) -> dict[int, str]:
     return {**f.rank_hosts, **map_rank_nodes(f.hits, (*f.records, *f.events))}
 
@@ -282,7 +286,7 @@ def decide(f: Findings) -> Verdict:
         ranks = crashed_on_node(sorted({n for c in co for n in c.nodes}), f.hits)  # the process the fault hit
     if root.signature == "linux_oom_kill" and root.kind == "log" and not ranks:
         ranks = killed_workers_ranks(f.hits)  # the rank whose data loader's worker the kernel killed
-    if (category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) or root.signature == "linux_oom_kill") \
+    if (category in (Category.APPLICATION, Category.FRAMEWORK_CRASH) or root.signature in _PROCESS_HOST_FAULTS) \
             and root.kind == "log" and not ranks:
         on = sorted({n for c in co for n in c.nodes})  # the one rank seen to end there, or each rank raised it
         at = (root.evidence.source, root.evidence.line)
@@ -324,6 +328,11 @@ def decide(f: Findings) -> Verdict:
     if advertiser is not None:  # the host that gave out the bridge's address, not the peer that dialled it
         ranks, nodes, gpus = [], [advertiser], []
         found_by = f"; {advertiser} advertised that address, which the others dialled"
+    hosts = {h.node for h in f.hits if h.node} or set(f.prompt_hosts)
+    p2p_stall = category is Category.DISTRIBUTED_HANG and f.p2p_off_trains and len(hosts) == 1
+    if p2p_stall:  # a hang on one host's GPUs that trains with peer-to-peer copies off: its PCIe path (ACS, IOMMU)
+        category, ranks, nodes, gpus = Category.HOST, [], sorted(hosts), []
+        found_by = "; the run trains with NCCL_P2P_DISABLE=1: the host's PCIe path stalls the GPUs' peer copies"
     downs = [(n, c.time, c.evidence.text, c.evidence.source) for c in co for n in c.nodes if c.signature in LINK_EVENTS]
     together = fabric_wide(downs) if root.signature in LINK_EVENTS else 0
     if together:  # links of several hosts lost at once: the switch they share, not one node (fabric.py)
@@ -376,6 +385,8 @@ def decide(f: Findings) -> Verdict:
         restartable = True
     elif resource is not None:
         restartable = resource.restartable
+    elif p2p_stall:
+        restartable = False  # the host's set-up: every run on it stalls alike
     alike = not (ranks or nodes) and (len({r for c in co for r in c.ranks}) >= 2 or len(co) >= 3  # none stands out
                                       or len({n for c in co for n in c.nodes}) >= 2)
     diverged = diverged or category is Category.DISTRIBUTED_HANG and root.kind == "log" and list(ranks) in ([], [0]) \
@@ -399,6 +410,8 @@ def decide(f: Findings) -> Verdict:
         action, exclude = Action.EXCLUDE_AND_RETRY, tuple(nodes)
     else:
         action, exclude = Action.RETRY, ()
+    if len(nodes) == 1 and len(pods := [p for p, n in f.pod_nodes.items() if short_hosts([n]) == nodes != [p]]) == 1:
+        nodes = [*nodes, pods[0]]  # the node to cordon, and the job's pod on it that the logs name (round 86a)
     in_co = {id(c) for c in co}  # by identity: comparing causes field by field is quadratic on a long log
     rest = [c for c in causes if id(c) not in in_co and c.kind == "log" and c.signature != "traceback_start"]
     cascade = _cascade(rest)
