@@ -33,6 +33,9 @@ def _nccl_bus(bus_id: str) -> int | None:
     return int(bus_id[:-3], 16) if len(bus_id) > 3 else None
 
 
+_INDEX_ROWS = ("gpu_index_bus", "smi_uncorrected_ecc")  # nvidia-smi rows pairing a GPU's index with its bus
+
+
 def ranks_on_buses(
     gpus: Iterable[str], nodes: Sequence[str], hits: Sequence[Hit], rank_nodes: Mapping[int, str] | None = None
 ) -> list[int]:
@@ -63,7 +66,7 @@ def _ranks_on_indexes(
     if len(direct) == 1:
         return sorted(direct)
     here = [h for h in hits if h.node in nodes or h.node is None]
-    indexes = {h.fields.get("index") or h.fields.get("index2") for h in here if h.signature == "gpu_index_bus"
+    indexes = {h.fields.get("index") or h.fields.get("index2") for h in here if h.signature in _INDEX_ROWS
                and int(h.fields["bus"], 16) in buses}  # fmt: skip
     if len(indexes) != 1:
         return []
@@ -101,7 +104,7 @@ def idle_gpu_rank(hits: Sequence[Hit], rank_nodes: Mapping[int, str], universe: 
     busy: dict[str, set[int]] = {}
     hosts: dict[str, str | None] = {}
     for h in hits:
-        if h.signature == "gpu_index_bus" and (h.fields.get("index") or h.fields.get("index2") or "").isdigit():
+        if h.signature in _INDEX_ROWS and (h.fields.get("index") or h.fields.get("index2") or "").isdigit():
             gpus.setdefault(h.source, set()).add(int(h.fields.get("index") or h.fields["index2"]))
         elif h.signature == "smi_gpu_process":
             busy.setdefault(h.source, set()).add(int(h.fields["gindex"]))

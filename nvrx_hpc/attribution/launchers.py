@@ -94,11 +94,20 @@ def _boxes(hits: Sequence[Hit]) -> dict[tuple[str, int], _Box]:
 
 
 def ds_mapping(hits: Sequence[Hit]) -> dict[str, list[int]]:
-    """host -> its global ranks in order, from DeepSpeed's `global_rank_mapping=` line."""
+    """host -> its global ranks in order, from DeepSpeed's `global_rank_mapping=` line, else its `WORLD INFO DICT`
+    (each host's devices in turn: the first host's are ranks 0.., the next host's follow)."""
     for h in hits:
         if h.signature == "ds_rank_mapping":
             found = {host: [int(r) for r in ranks.replace(" ", "").split(",") if r]
                      for host, ranks in _MAPPING_ITEM.findall(h.fields.get("mapping", ""))}  # fmt: skip
+            if found:
+                return found
+    for h in hits:
+        if h.signature == "ds_world_info":
+            found, first = {}, 0
+            for host, devices in _MAPPING_ITEM.findall(h.fields.get("world", "")):
+                count = len([d for d in devices.split(",") if d.strip()])
+                found[host], first = list(range(first, first + count)), first + count
             if found:
                 return found
     return {}

@@ -77,7 +77,7 @@ def ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: Mapping[i
     return sorted(left)
 
 
-_TAKEN = ("cloud_preempted", "k8s_preempted")  # a VM the cloud took back, a pod the cluster's scheduler evicted
+_TAKEN = ("cloud_preempted", "k8s_preempted", "k8s_pod_deleted")  # a VM the cloud took back, a pod evicted or deleted
 
 
 def taken_vm(
@@ -86,10 +86,11 @@ def taken_vm(
     """The VM a cloud took back (`cloud_preempted`) and its ranks, when the rank map places ranks on it (round 35:
     EC2's `Server.SpotInstanceTermination` for one worker of two), or the one node srun could not launch the step on
     (round 55b) or Slurm drained for a failed prolog (round 57a; its slurmd's own log, round 77d) or whose slurmd
-    lost the batch script (batch_host.py); else no node and no rank, as for Slurm's time limit or a cancel, which end
+    lost the batch script (batch_host.py) or an admin drained under the job's pods (round 86c); else no node and no
+    rank, as for Slurm's time limit or a cancel, which end
     the whole job."""
     if signature in ("slurm_task_launch_failed", "slurm_node_prolog_error", "slurm_prolog_epilog_failed",
-                     "slurm_script_missing") and len(set(nodes)) == 1:
+                     "slurm_script_missing", "k8s_node_drained") and len(set(nodes)) == 1:
         return list(nodes), []  # srun could not start the step there, or its prolog failed: the node, no rank ran
     ranks = ranks_of_lost_node(set(nodes), universe, rank_nodes) if signature in _TAKEN else []
     return (list(nodes), ranks) if ranks else ([], [])

@@ -90,7 +90,8 @@ _REMOTE = re.compile(
     # ssh's options that take an argument (`-o PasswordAuthentication=no`, `-p 2222`) are not its host (round 83)
     r"(?:^|[;&|(]\s*)(?:ssh(?:\s+-[bcDEeFIiJLlmOopQRSWw]\s*\S+|\s+-\w+)*\s+(?:[\w.-]+@)?"
     r"([A-Za-z][\w-]*|(?:\d{1,3}\.){3}\d{1,3}(?![\w.]))|"
-    r"srun\b[^;|&]*?(?:(?<![\w-])-w\s*|--nodelist[= ])([A-Za-z][\w-]*[\d-][\w-]*))"
+    r"srun\b[^;|&]*?(?:(?<![\w-])-w\s*|--nodelist[= ])([A-Za-z][\w-]*[\d-][\w-]*)|"
+    r"kubectl\s+debug\s+node/([A-Za-z][\w.-]*))"  # a debug pod on a Kubernetes node: that node's (round 64b)
 )
 _NOT_HOSTS = frozenset({"localhost"})
 # `hostname` run at a prompt names the machine, where the prompt shows a container's id (round 82)
@@ -108,6 +109,9 @@ _SPAWNS = re.compile(r"multiprocessing[-_]distributed|--nproc|--gpus?\b|--ngpus|
 # a launcher of several processes besides `_SPAWNS`' (accelerate's `--num_processes 8`, a `--world-size 8`)
 _SEVERAL = re.compile(r"(?:^|[\s/])accelerate\s+launch\b|--num[-_]processes[= ]*(?:[2-9]|\d\d)|"
                       r"--world[-_]size[= ]*(?:[2-9]|\d\d)")
+# the run again with NCCL's peer-to-peer transport off, and its output: steps going by (rounds 84a, 86b)
+_P2P_OFF = re.compile(r"(?:^|\s)NCCL_P2P_DISABLE=1\s")
+_PROGRESS = re.compile(rb"\d(?: ?it/s|s/it)\b|\bloss[ =:]+\d")
 # a program that runs on the prompt's host: Python, a shell script, a one-node launcher
 _HERE_PROGRAM = re.compile(r"^(?:python[\d.]*|(?:ba|z|da)?sh|\S+\.(?:sh|py)|torchrun|accelerate|deepspeed|composer)$")
 # a variable as `env`, `printenv` and `/proc/<pid>/environ` split on NULs print it, alone or joined on a line
@@ -132,7 +136,7 @@ def _command_host(prompt_host: str | None, command: str, output: bytes = b"") ->
         return prompt_host  # round 35: `bash pretrain_bert_distributed.sh` ran torch.distributed.launch here
     remote = _REMOTE.search(command)
     if remote:
-        host = remote.group(1) or remote.group(2)
+        host = remote.group(1) or remote.group(2) or remote.group(3)
         return None if host.lower() in _NOT_HOSTS else host
     if _MACHINE_FILES.search(command):
         return prompt_host
@@ -170,13 +174,14 @@ class Session:
     ran_on: set[str] = dataclasses.field(default_factory=set)  # hosts whose prompts ran a program there, or nothing
     several: bool = False  # a command started several processes (a launcher, `--nproc_per_node 8`)
     containers: dict[str, str] = dataclasses.field(default_factory=dict)  # `_container_hosts`
+    p2p_off_trains: bool = False  # a rerun with `NCCL_P2P_DISABLE=1` printed training progress
 
 
 def _session(data: bytes) -> Session:
     """`prompt_hosts`, the rank each placed prompt's command starts by line (`_started_rank`), every host a prompt
     names, those whose prompts ran a program there (`_runs_here`; not a login node's `sbatch` or `tail`), whether a
-    command started several processes, and the host of each container the session shows started or inspected from
-    one (`_container_hosts`): one pass over the prompts."""
+    command started several processes, the host of each container the session shows started or inspected from
+    one (`_container_hosts`), and whether a rerun with NCCL's peer-to-peer transport off trained: one pass."""
     found: list[tuple[int, str | None]] = []
     started: dict[int, int] = {}
     if b"@" not in data and b"$ " not in data:
@@ -189,13 +194,14 @@ def _session(data: bytes) -> Session:
     ends = [p[0] for p in prompts[1:]] + [len(data)] * bool(prompts)  # its output runs to the next prompt
     names = _hostnames(data, prompts, ends)
     ran_on: set[str] = set()
-    several = False
+    several = p2p_off_trains = False
     for (start, stop, host, command), end in zip(prompts, ends, strict=True):
         line += data.count(b"\n", pos, start)
         pos = start
         host = names.get(host, host) if host is not None else None
         text = command.decode(errors="replace")
         several = several or bool(_SPAWNS.search(text) or _SEVERAL.search(text))
+        p2p_off_trains = p2p_off_trains or bool(_P2P_OFF.search(" " + text) and _PROGRESS.search(data, stop, end))
         if host is not None and _runs_here(text):
             ran_on.add(host)
         placed = _command_host(host, text, data[stop:end])
@@ -204,7 +210,7 @@ def _session(data: bytes) -> Session:
         if rank is not None:
             started[line] = rank
     return Session(found, {}, started, {p[2] for p in prompts if p[2] is not None}, ran_on, several,
-                   _container_hosts(prompts))
+                   _container_hosts(prompts), p2p_off_trains)
 
 
 def _runs_here(command: str) -> bool:

@@ -242,6 +242,17 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("Preempted by",), True, "the cluster's scheduler preempted a pod of the job",
         ("49s  Normal  Preempted  pod/train-worker-2  Preempted by infer/realtime-6d9f on node gpu-a10-pool-7c9qk",),
     ),
+    Signature(  # someone deleted a pod of the running job (`kubectl delete pod`): its peers lose it (rounds 82f, 84b)
+        "k8s_pod_deleted", _S, _ROOT, r'^pod "(?P<failed>[a-z0-9][\w.-]*)" deleted\b',
+        ('" deleted',), True, "a pod of the job was deleted",
+        ('pod "resnet-elastic-worker-1" deleted',),
+    ),
+    Signature(  # an admin cordoned or drained the node for maintenance: its pods are deleted under the job (86c)
+        "k8s_node_drained", _S, _ROOT,
+        r"\b[Nn]ode[ /](?P<failed>[A-Za-z][\w.-]*) (?:status is now: NodeNotSchedulable|cordoned|drained)\b",
+        ("NodeNotSchedulable", "cordoned", "drained"), True, "the node was cordoned or drained under the job",
+        ("16m  Normal  NodeNotSchedulable  node/gn-h20-0417  Node gn-h20-0417 status is now: NodeNotSchedulable",),
+    ),
     Signature(  # the kubelet evicting pods when its node runs short of memory or disk: it evicts first the pods that
         # use more than they requested, so the job's own demand did it (round 74d); its node events name the node
         "k8s_evicted", _H, _ROOT,
@@ -270,11 +281,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"\b(?:nan|NaN|inf|Inf) loss (?:encountered|detected)|"  # OLMo's `ValueError: nan loss encountered` (57b)
         r"reducing loss scale to (?:0\.0\b|[\d.]+e-\d\d)|"  # apex's scale gone to nothing (round 52a)
         r"\(jitter = [\d.]+\)\s+(?:nan|-?inf)\b|"  # tf_cnn_benchmarks' loss column (Horovod's, round 45)
-        r"probability tensor contains either `?inf`?, `?nan`? or element < 0)",  # sampling from NaN logits (61b)
+        r"probability tensor contains either `?inf`?, `?nan`? or element < 0|"  # sampling from NaN logits (61b)
+        r"step for nan or inf in)",  # a step skipped on one rank: the others wait in its collective (78b, 86e)
         (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite",
          "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged", "loss nan",
          "loss inf", "  nan", "jitter = ", "loss scale to", "nan loss", "NaN loss", "inf loss", "Inf loss",
-         "probability tensor"),
+         "probability tensor", "loss is nan", "loss is inf", "for nan or inf"),
         # torchtitan pads its metrics: `loss:     nan` (round 42), hence "  nan"
         False, "loss or gradients became NaN/Inf",
         (" iteration 120/1000 | lm loss: nan | grad norm: nan |",

@@ -65,6 +65,11 @@ LOCALISING: tuple[Signature, ...] = (
         ("global_rank_mapping",), None, "DeepSpeed rank mapping",
         ("n1: [INFO] [launch.py:162:main] global_rank_mapping=defaultdict(<class 'list'>, {'n1': [0], 'n2': [1]})",),
     ),
+    Signature(  # DeepSpeed's launcher: each host's local devices, in the order it numbers the ranks (round 86d)
+        "ds_world_info", _F, _CTX, r"WORLD INFO DICT: (?P<world>\{[^}]*\})",
+        ("WORLD INFO DICT",), None, "DeepSpeed world info",
+        ("n1: [INFO] [launch.py:146:main] WORLD INFO DICT: {'n1': [0, 1], 'n2': [0, 1]}",),
+    ),
     Signature(  # torchrun's rendezvous names each node's rank; `-ib0` is the name of its InfiniBand interface
         "elastic_rdzv_join", _F, _CTX,
         r"The node '(?P<rhost>[A-Za-z][\w.-]*?)(?:-ib\d+)?_\d+_\d+' has joined round \d+ of the rendezvous "

@@ -182,7 +182,7 @@ NETWORK: tuple[Signature, ...] = (
         "ssh_host_unresolved", _N, _ROOT,
         r"ssh: Could not resolve hostname (?P<failed>[A-Za-z][\w-]*)[\w.-]*: (?:Name or service not known|"
         r"Temporary failure in name resolution)",
-        ("Could not resolve hostname",), True, "the launcher could not resolve {failed}'s name",
+        ("Could not resolve hostname",), True, "the launcher could not resolve {node}'s name",
         ("ssh: Could not resolve hostname seg-hvd-mpiworker-5.seg-hvd: Name or service not known",),
     ),
     Signature(

@@ -1,5 +1,6 @@
 """The catalog's node part: a node's GPUs failing outside NVIDIA's Xids (AMD's driver, a GPU that did not
-initialise), its driver stack out of step, and a node its launcher or cluster lost (HPE's PALS, Kubernetes' kills).
+initialise), its driver stack out of step, its IOMMU refusing DMA, and a node its launcher or cluster lost (HPE's
+PALS, Kubernetes' kills).
 It sits after the network signatures and before the host's in `signatures.CATALOG`: AMD's driver prints its own
 `[Hardware Error]`, which the host's kernel-fault signature would take."""
 
@@ -30,6 +31,14 @@ NODE: tuple[Signature, ...] = (
         ("[Tue May 14 08:41:22 2024] amdgpu 0000:d6:00.0: amdgpu: Fatal error during GPU init",
          "Oct 02 08:04:51 mx3-n12 kernel: amdgpu 0000:9f:00.0: amdgpu: HBM 3 UE 1 (umc channel 14)"),
     ),
+    Signature(  # an `nvidia-smi` table whose `Volatile Uncorr. ECC` column counts errors on a GPU since its driver
+        # loaded (rounds 47b, 54a, 64b, 73b, 84c): that GPU's memory is failing; its index and bus place it (gpu_bus.py)
+        "smi_uncorrected_ecc", _G, _ROOT,
+        r"^\|\s+(?P<index>\d{1,2})\s+[^|\n]*\|\s+(?P<gpu>0{4}(?:0{4})?:(?P<bus>[0-9A-Fa-f]{2}):[0-9A-Fa-f]{2}\.[0-7])"
+        r"\s+(?:On|Off)\s+\|\s+(?P<ecc>[1-9]\d*)\s+\|",
+        ("| ",), True, "nvidia-smi counts {ecc} uncorrectable ECC error(s) on GPU {gpu}",
+        ("|   1  Tesla V100-SXM2...  On   | 00000000:1C:00.0 Off |                    1 |",),
+    ),
     Signature(  # the rest of its RAS log (`[Hardware Error]: Accelerator Check Architecture events logged`, the ACA
         # banks): corrected errors too, so context, not the host's `[Hardware Error]`
         "amdgpu_ras_log", _G, _CTX, r"amdgpu [^\n]*\[Hardware Error\]", ("amdgpu",), None,
@@ -54,14 +63,21 @@ NODE: tuple[Signature, ...] = (
     Signature(  # HPE's PALS launcher lost a node: `ping failed on A: No reply from B` (B is gone), or `ping failed on
         # B: Application <uuid> not found` (B rebooted under the job), round 86f
         "pals_node_no_reply", _H, _ROOT, r"\bping failed on [\w.-]+: No reply from (?P<failed>[A-Za-z][\w-]*)",
-        ("ping failed",), True, "the launcher lost touch with {failed}",
+        ("ping failed",), True, "the launcher lost touch with {node}",
         ("ping failed on x4102c3s0b0n0: No reply from x4209c5s1b0n0.hostmgmt2209.cm.aurora.alcf.anl.gov after 93s",),
     ),
     Signature(
         "pals_node_app_lost", _H, _ROOT,
         r"\bping failed on (?P<failed>[A-Za-z][\w-]*)[\w.-]*: Application \S+ not found",
-        ("ping failed",), True, "the job's processes are gone from {failed} (the node restarted under it)",
+        ("ping failed",), True, "the job's processes are gone from {node} (the node restarted under it)",
         ("ping failed on x4616c0s4b0n0: Application 8e21c6d4-7b0f-4c3a-9a51-2f6e0d94b1c7 not found",),
+    ),
+    Signature(  # PALS could not start the job's processes on a node: the network's virtual ids are taken by the other
+        # `mpiexec` runs the same job started at once on its nodes (round 86f): the script's, met on every run
+        "pals_no_vnis", Category.APPLICATION, _ROOT,
+        r"\bstart failed on (?P<failed>[A-Za-z][\w-]*)[\w.-]*: No VNIs available",
+        ("No VNIs",), False, "PALS could not start the processes on a node: no network VNIs left for this launch",
+        ("start failed on x4102c5s2b0n0: No VNIs available in internal allocator",),
     ),
     Signature(  # a process out of file descriptors: the node's open-file limit (`ulimit -n 1024`), met again on every
         # run until it is raised (rounds 85e, 86d)
@@ -76,5 +92,15 @@ NODE: tuple[Signature, ...] = (
         ("OOMKilled",), False,
         "Kubernetes killed a container over its memory limit",
         ("gpt-efa-worker-2         0/1     OOMKilled   0          14m", "      Reason:       OOMKilled"),
+    ),
+    Signature(  # the IOMMU refused a device's DMA: with it translating, peer copies between GPUs fault or stall
+        # (Intel's DMAR, AMD-Vi's IO_PAGE_FAULT; round 86b): the host's set-up, met again on every run until it changes
+        "iommu_dma_fault", _H, _ROOT,
+        r"DMAR: \[DMA (?:Read|Write)[^\]]*\] Request device \[[0-9a-f:.]+\] fault addr|"
+        r"AMD-Vi: Event logged \[IO_PAGE_FAULT|\bIO_PAGE_FAULT device=[0-9a-f:.]+",
+        ("DMAR:", "IO_PAGE_FAULT"), False, "the IOMMU refused a device's DMA (peer-to-peer copies between GPUs stall)",
+        ("[Thu Mar 14 10:03:01 2024] DMAR: [DMA Write NO_PASID] Request device [02:00.0] fault addr 0xfbe00000 "
+         "[fault reason 0x05] PTE Write access is not set",
+         "AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000e address=0xf4000000 flags=0x0020]"),
     ),
 )
