@@ -36,7 +36,7 @@ NODE: tuple[Signature, ...] = (
         "smi_uncorrected_ecc", _G, _ROOT,
         r"^\|\s+(?P<index>\d{1,2})\s+[^|\n]*\|\s+(?P<gpu>0{4}(?:0{4})?:(?P<bus>[0-9A-Fa-f]{2}):[0-9A-Fa-f]{2}\.[0-7])"
         r"\s+(?:On|Off)\s+\|\s+(?P<ecc>[1-9]\d*)\s+\|",
-        ("| ",), True, "nvidia-smi counts {ecc} uncorrectable ECC error(s) on GPU {gpu}",
+        ("Off |", "On |"), True, "nvidia-smi counts {ecc} uncorrectable ECC error(s) on GPU {gpu}",
         ("|   1  Tesla V100-SXM2...  On   | 00000000:1C:00.0 Off |                    1 |",),
     ),
     Signature(  # the rest of its RAS log (`[Hardware Error]: Accelerator Check Architecture events logged`, the ACA
