@@ -93,7 +93,8 @@ def _attribute(case: Path, use_cli: bool) -> dict[str, Any]:
 
 
 def culprit_right(label: dict[str, Any], report: dict[str, Any]) -> bool:
-    ranks, nodes = set(report["culprit"]["ranks"]), set(report["culprit"]["nodes"])
+    # a Kubernetes job's culprit is named by its node and by its pod there: a label may give either
+    ranks, nodes = set(report["culprit"]["ranks"]), {*report["culprit"]["nodes"], *report["culprit"].get("pods", ())}
     want_ranks, want_node = set(label["ranks"]), label["node"]
     if not want_ranks and want_node is None:
         return len(ranks) <= 1 and len(nodes) <= 1

@@ -19,16 +19,17 @@ __all__ = ["node_aliases", "pod_nodes", "apply_aliases", "short_hosts"]
 _NODE = re.compile(rb"\bNodeName=([A-Za-z][\w.-]*)")
 _ADDR = re.compile(rb"\bNode(?:Addr|HostName)=([A-Za-z0-9][\w.:-]*)")
 _REACH = 600  # a node's record spans a few lines; the next `NodeName=` ends it
-_LISTING_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](INTERNAL[_-]IP)\b.*$")
+_LISTING_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](INTERNAL[_-]IP)\b.*$")  # (a CRLF file's `\r` is in `.*`)
 # `kubectl get pods -o wide`: a pod's address and the node it runs on (round 28)
-_POD_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](IP)[ \t]+(NODE)(?:[ \t].*)?$")  # NODE may end the row
+_POD_HEAD = re.compile(rb"(?m)^NAME[ \t]+\S.*?[ \t](IP)[ \t]+(NODE)(?:[ \t].*)?\r?$")  # NODE may end the row
 # `ray list nodes`: each node's address and its name (round 37)
-_RAY_HEAD = re.compile(rb"(?m)^[ \t]*NODE_ID[ \t]+(NODE_IP)\b.*?[ \t](NODE_NAME)(?:[ \t].*)?$")
+_RAY_HEAD = re.compile(rb"(?m)^[ \t]*NODE_ID[ \t]+(NODE_IP)\b.*?[ \t](NODE_NAME)(?:[ \t].*)?\r?$")
 _IP = re.compile(rb"(?:\d{1,3}\.){3}\d{1,3}$")
 # `kubectl describe pod`: the pod's `Name:`, then a few lines down the `Node:` it was placed on (`node/10.1.2.3`)
 _DESCRIBED_POD = re.compile(
     rb"(?m)^Name:[ \t]+([A-Za-z][\w.-]*)[ \t]*\r?\n(?:[^\n]*\n){0,12}?Node:[ \t]+([A-Za-z][\w.-]*)/"
 )
+_IPOIB_NAME = re.compile(r"(?<=[\w])-ib\d$")  # `tcn-g112-ib0`: the host's IPoIB interface name
 _EC2_HOST = re.compile(r"^ip-(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})(?:\.|$)")  # ip-10-1-45-12.ec2.internal
 
 
@@ -121,9 +122,11 @@ def apply_aliases(
 
 def _short_host(name: str) -> str:
     """`vg-h100-0b.cluster.internal` -> `vg-h100-0b`: one host shows up as its FQDN in one log and its short
-    name in another; the short name is the one Slurm knows (and excludes). Addresses stay whole."""
+    name in another; the short name is the one Slurm knows (and excludes). The name of its InfiniBand interface
+    (`tcn-g112-ib0`, what a rendezvous over IPoIB reports, round 56a) is the host's too. Addresses stay whole."""
     head, dot, _rest = name.partition(".")
-    return head if dot and head[:1].isalpha() else name
+    short = head if dot and head[:1].isalpha() else name
+    return _IPOIB_NAME.sub("", short) if short[:1].isalpha() else short
 
 
 def short_hosts(names: Sequence[str]) -> list[str]:

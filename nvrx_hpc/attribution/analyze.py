@@ -24,6 +24,7 @@ from nvrx_hpc.attribution.batch_host import place_on_batch_host
 from nvrx_hpc.attribution.cgroup_task import global_cgroup_tasks
 from nvrx_hpc.attribution.channel_ranks import rank_pids_by_channels
 from nvrx_hpc.attribution.coll_ops import CollSample, odd_collective
+from nvrx_hpc.attribution.collector_clock import drop_lagging_collector_stamps
 from nvrx_hpc.attribution.crash_exit import aborts_after_exceptions, crash_exits
 from nvrx_hpc.attribution.dump_pids import other_pid_dumps
 from nvrx_hpc.attribution.exit_codes import place_by_exit_codes, quiet_terminated
@@ -165,6 +166,7 @@ def _scan_logs(
             shells.ran_on |= session.ran_on
             shells.several = shells.several or session.several
             shells.p2p_off_trains = shells.p2p_off_trains or session.p2p_off_trains
+            shells.loopback |= session.loopback
             for container, host in session.containers.items():
                 aliases.setdefault(container, host)
             found = place_by_prompts(found, session.prompts, file_host=ctx.node, ranks=session.started)
@@ -249,9 +251,11 @@ def analyze(
     pods: dict[str, str] = {}
     hits, scanned = _scan_logs(scanner, files, since, problems, seen_ranks, dated, rank_hosts, addr_hosts, disks,
                                listed, aliases, at_prompts, calls, file_ranks, shells, pods)
+    # a pod the logs' lines name (its host name, before it becomes its node's): the job's, not a listing's neighbour
+    named = {h.node for h in hits if h.node} | set(rank_hosts.values())
     hits = place_by_file_host(apply_aliases(hits, rank_hosts, addr_hosts, aliases), listed)
     hits = place_by_one_host_file(hits, file_ranks)
-    hits = shm_bus_errors(other_pid_dumps(hits), disks)
+    hits = drop_lagging_collector_stamps(shm_bus_errors(other_pid_dumps(hits), disks))
     for r in records:
         if r.traceback:
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
@@ -283,8 +287,9 @@ def analyze(
                  job_nodes=tuple(job_nodes), listed_nodes=frozenset(listed), seen_ranks=frozenset(seen_ranks),
                  rank_hosts=rank_hosts, addr_hosts=addr_hosts, stamps=tuple(dated), disks=tuple(disks),
                  prompt_hosts=frozenset(at_prompts), shell_hosts=frozenset(shells.ran_on),
-                 several_started=shells.several, odd_call=odd_collective(calls), pod_nodes=pods,
-                 p2p_off_trains=shells.p2p_off_trains)
+                 several_started=shells.several, odd_call=odd_collective(calls),
+                 pod_nodes={p: n for p, n in pods.items() if p in named},
+                 p2p_off_trains=shells.p2p_off_trains, loopback_hosts=frozenset(shells.loopback))
     )  # fmt: skip
     inputs = {
         "logs": len(files.logs),

@@ -143,9 +143,10 @@ class Culprit:
     nodes: tuple[str, ...] = ()
     ranks: tuple[int, ...] = ()
     gpus: tuple[str, ...] = ()
+    pods: tuple[str, ...] = ()  # the job's Kubernetes pod on a culprit node: a name users know it by, not a node
 
     def to_dict(self) -> dict[str, Any]:
-        return {"nodes": list(self.nodes), "ranks": list(self.ranks), "gpus": list(self.gpus)}
+        return {"nodes": list(self.nodes), "ranks": list(self.ranks), "gpus": list(self.gpus), "pods": list(self.pods)}
 
 
 @dataclass(frozen=True)

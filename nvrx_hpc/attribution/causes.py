@@ -57,6 +57,7 @@ class Findings:
     odd_call: tuple[tuple[int, ...], str] | None = None  # ranks that called another collective (coll_ops.py)
     pod_nodes: Mapping[str, str] = field(default_factory=dict)  # a Kubernetes pod -> the node it ran on
     p2p_off_trains: bool = False  # a pasted rerun with NCCL's peer-to-peer transport off trained (prompts.py)
+    loopback_hosts: frozenset[str] = frozenset()  # hosts whose `hostname -i` printed a loopback address (prompts.py)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import re
 from datetime import datetime
 
 from nvrx_hpc.attribution.api import Hit, Role
+from nvrx_hpc.attribution.collector_clock import LEAD_BEHIND, LEAD_ONLY
 from nvrx_hpc.attribution.exception_roles import exception_role
 from nvrx_hpc.attribution.signatures import CATALOG, Signature
 
@@ -51,8 +52,10 @@ _MPI_RANK = re.compile(r"^(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d 
 # ESPnet2's `[host:rank/world] ` before each of its log lines (round 74a).
 _HOST_RANK = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<rank>\d{1,7})(?:\]:|/\d{1,7}\] )")
 # pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit or a hyphen,
-# an exception name ("ValueError: ") has neither. A hostfile of addresses gives `10.52.0.22: ` (round 22).
-_HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun)(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*"
+# an exception name ("ValueError: ") has neither. A hostfile of addresses gives `10.52.0.22: ` (round 22). NVIDIA's
+# tools and Python's versioned binaries name themselves the same way (`nvidia-container-cli: `, `python3: `).
+_HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun|nvidia-(?:container|smi|persistenced|fabricmanager|ctk)|"
+                          r"python\d|pip\d)(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*"
                           r"|(?:\d{1,3}\.){3}\d{1,3}): (?=\s*\S)")
 # A runner that tags each line with its origin and stream: `host [stderr] `, or milabench's
 # `bench.host [stdout] ` (`dinov2-giant-nodes.cn-d003 [stderr] [rank0]:...`, the host maybe a FQDN).
@@ -82,8 +85,10 @@ _INLINE_RANK = re.compile(r"\[Rank (\d{1,7})\]|\bRank (\d{1,7}):|\brank:? (\d{1,
                           r"\|\s*rank\s+(\d{1,7})\s*\||(?<![\w-])(?:global_|world_)?rank=(\d{1,7})\b")
 # NCCL's `host:pid:tid [dev]`, maybe after a logger's bracketed stamp (`[2024-06-23 15:45:07] h:1:2 [0]`, round 46)
 _NCCL_PREFIX = re.compile(r"^(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] )?"
-                          # a container's short id is its host name (`5e0b7d31c9af:2211:2211 [0]`, round 83c)
-                          r"(?P<host>[A-Za-z][\w.-]*|[0-9a-f]{12}):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
+                          # a container's short id is its host name (`5e0b7d31c9af:2211:2211 [0]`, round 83c), or a
+                          # UUID a platform names its containers by (`3f9a61c2-7be4-4d0e-9a55-e21c08d4b7a1:61207:...`)
+                          r"(?P<host>[A-Za-z][\w.-]*|[0-9a-f]{12}|[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})"
+                          r":(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 # `node=h3`; Megatron's result validation: `Rank 10, node gpu-h03, device 2, iteration 7: Unexpected result nan`
 _PY_WARNING = re.compile(r"\b[A-Z]\w*Warning: ")  # `...py:312: UserWarning: `, before a signature's match
 # torchrun's tee prefix behind another launcher's (SkyPilot's `(head, rank=0, pid=7712) [default3]:`, round 53b)
@@ -243,6 +248,16 @@ def read_header(text: str, year: int | None) -> tuple[float | None, str, str | N
     return None, "", None, None
 
 
+def _in_year_of(when: float, other: float, clock: str) -> float:
+    """`when`, a stamp without a year (glog's `E0408 04:06:22`) moved to `other`'s year; a dated one as it is."""
+    if clock == "iso":
+        return when
+    try:
+        return datetime.fromtimestamp(when).replace(year=datetime.fromtimestamp(other).year).timestamp()
+    except ValueError:  # 29 February
+        return when
+
+
 def _clock(text: str) -> str:
     return "iso" if _ISO.search(text) else "noyear" if _GLOG.search(text) else ""
 
@@ -343,8 +358,14 @@ def classify_line(
     if when is None:
         when = parse_time(text, ctx.year)
         clock = _clock(text) if when is not None else clock
-    if when is None and _LEAD.match(raw):
+    lead = _LEAD.match(raw)
+    if when is None and lead:
         when, clock = parse_time(raw, ctx.year), "iso"  # the stamp before the prefixes
+        if when is not None:
+            fields[LEAD_ONLY] = "1"
+    elif when is not None and lead and (stamped := parse_time(lead.group(), ctx.year)) is not None \
+            and 1 < _in_year_of(when, stamped, clock) - stamped < 86400:
+        fields[LEAD_BEHIND] = "1"  # the collector's clock is behind the node's (collector_clock.py)
     if boot is not None:
         fields["boot_s"] = boot
     rank = prefix_rank

@@ -109,9 +109,15 @@ _SPAWNS = re.compile(r"multiprocessing[-_]distributed|--nproc|--gpus?\b|--ngpus|
 # a launcher of several processes besides `_SPAWNS`' (accelerate's `--num_processes 8`, a `--world-size 8`)
 _SEVERAL = re.compile(r"(?:^|[\s/])accelerate\s+launch\b|--num[-_]processes[= ]*(?:[2-9]|\d\d)|"
                       r"--world[-_]size[= ]*(?:[2-9]|\d\d)")
+# `hostname -i` (or `-I`) printing a loopback address: the host's name resolves to itself only (round 87d)
+_HOSTNAME_I = re.compile(r"\bhostname\s+-[iI]\b")
+_LOOPBACK_LINE = re.compile(rb"(?m)^127\.\d{1,3}\.\d{1,3}\.\d{1,3}\s*$")
 # the run again with NCCL's peer-to-peer transport off, and its output: steps going by (rounds 84a, 86b)
 _P2P_OFF = re.compile(r"(?:^|\s)NCCL_P2P_DISABLE=1\s")
-_PROGRESS = re.compile(rb"\d(?: ?it/s|s/it)\b|\bloss[ =:]+\d")
+# a training step's report (`loss 2.41`, a step bar `3/2500 [00:04<58:12, 1.40s/it]`), not a loading bar's
+_PROGRESS = re.compile(rb"(?m)^(?![^\n]*(?:Loading|shards|Map|Download|Fetching|Tokeniz|Generating|Processing))"
+                       rb"[^\n]*(?:\d(?: ?it/s|s/it)\b|\bloss[ =:]+\d)")
+_STALLED = re.compile(rb"Watchdog caught|timed out|Timeout\(ms\)|DistStoreError|RendezvousTimeout")
 # a program that runs on the prompt's host: Python, a shell script, a one-node launcher
 _HERE_PROGRAM = re.compile(r"^(?:python[\d.]*|(?:ba|z|da)?sh|\S+\.(?:sh|py)|torchrun|accelerate|deepspeed|composer)$")
 # a variable as `env`, `printenv` and `/proc/<pid>/environ` split on NULs print it, alone or joined on a line
@@ -175,13 +181,15 @@ class Session:
     several: bool = False  # a command started several processes (a launcher, `--nproc_per_node 8`)
     containers: dict[str, str] = dataclasses.field(default_factory=dict)  # `_container_hosts`
     p2p_off_trains: bool = False  # a rerun with `NCCL_P2P_DISABLE=1` printed training progress
+    loopback: set[str] = dataclasses.field(default_factory=set)  # hosts whose `hostname -i` printed 127.x.x.x
 
 
 def _session(data: bytes) -> Session:
     """`prompt_hosts`, the rank each placed prompt's command starts by line (`_started_rank`), every host a prompt
     names, those whose prompts ran a program there (`_runs_here`; not a login node's `sbatch` or `tail`), whether a
     command started several processes, the host of each container the session shows started or inspected from
-    one (`_container_hosts`), and whether a rerun with NCCL's peer-to-peer transport off trained: one pass."""
+    one (`_container_hosts`), whether a rerun with NCCL's peer-to-peer transport off trained, and the hosts whose
+    `hostname -i` printed a loopback address: one pass."""
     found: list[tuple[int, str | None]] = []
     started: dict[int, int] = {}
     if b"@" not in data and b"$ " not in data:
@@ -195,13 +203,17 @@ def _session(data: bytes) -> Session:
     names = _hostnames(data, prompts, ends)
     ran_on: set[str] = set()
     several = p2p_off_trains = False
+    loopback: set[str] = set()
     for (start, stop, host, command), end in zip(prompts, ends, strict=True):
         line += data.count(b"\n", pos, start)
         pos = start
         host = names.get(host, host) if host is not None else None
         text = command.decode(errors="replace")
         several = several or bool(_SPAWNS.search(text) or _SEVERAL.search(text))
-        p2p_off_trains = p2p_off_trains or bool(_P2P_OFF.search(" " + text) and _PROGRESS.search(data, stop, end))
+        p2p_off_trains = p2p_off_trains or bool(_P2P_OFF.search(" " + text) and _PROGRESS.search(data, stop, end)
+                                                and not _STALLED.search(data, stop, end))  # the rerun did not hang too
+        if host is not None and _HOSTNAME_I.search(text) and _LOOPBACK_LINE.search(data, stop, end):
+            loopback.add(host)
         if host is not None and _runs_here(text):
             ran_on.add(host)
         placed = _command_host(host, text, data[stop:end])
@@ -210,7 +222,7 @@ def _session(data: bytes) -> Session:
         if rank is not None:
             started[line] = rank
     return Session(found, {}, started, {p[2] for p in prompts if p[2] is not None}, ran_on, several,
-                   _container_hosts(prompts), p2p_off_trains)
+                   _container_hosts(prompts), p2p_off_trains, loopback)
 
 
 def _runs_here(command: str) -> bool:

@@ -50,7 +50,8 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         "",
         f"**{report['category']}** — {_md_cell(report['root_cause'])}",
         "",
-        f"- culprit nodes: {', '.join(c['nodes']) or '-'}",
+        f"- culprit nodes: {', '.join(c['nodes']) or '-'}"
+        + (f" (pod {', '.join(c['pods'])})" if c.get("pods") else ""),
         f"- culprit ranks: {', '.join(str(r) for r in c['ranks']) or '-'}",
         f"- culprit GPUs: {', '.join(c['gpus']) or '-'}",
         f"- restartable: {'yes' if report['restartable'] else 'no'}; recommendation: {rec.get('action', '-')}"
@@ -176,7 +177,8 @@ def to_html(report: Mapping[str, Any]) -> str:
         f"<h1>Failure report for job {esc(str(report.get('job_id') or '?'))}</h1>",
         f"<p><span class='cat'>{esc(report['category'])}</span> {esc(report['root_cause'])}</p>",
         _rows(["culprit nodes", "culprit ranks", "culprit GPUs", "restartable", "recommendation", "confidence"], [[
-            ", ".join(c["nodes"]) or "-", ", ".join(str(r) for r in c["ranks"]) or "-", ", ".join(c["gpus"]) or "-",
+            (", ".join(c["nodes"]) or "-") + (f" (pod {', '.join(c['pods'])})" if c.get("pods") else ""),
+            ", ".join(str(r) for r in c["ranks"]) or "-", ", ".join(c["gpus"]) or "-",
             "yes" if report["restartable"] else "no",
             rec.get("action", "-") + (f" (exclude {', '.join(rec['exclude_nodes'])})" if rec.get("exclude_nodes")
                                       else ""),

@@ -282,11 +282,11 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"reducing loss scale to (?:0\.0\b|[\d.]+e-\d\d)|"  # apex's scale gone to nothing (round 52a)
         r"\(jitter = [\d.]+\)\s+(?:nan|-?inf)\b|"  # tf_cnn_benchmarks' loss column (Horovod's, round 45)
         r"probability tensor contains either `?inf`?, `?nan`? or element < 0|"  # sampling from NaN logits (61b)
-        r"step for nan or inf in)",  # a step skipped on one rank: the others wait in its collective (78b, 86e)
+        r"Skipping backward and optimizer step for nan or inf)",  # one rank skipped its step (78b): others wait
         (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite",
          "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged", "loss nan",
          "loss inf", "  nan", "jitter = ", "loss scale to", "nan loss", "NaN loss", "inf loss", "Inf loss",
-         "probability tensor", "loss is nan", "loss is inf", "for nan or inf"),
+         "probability tensor", "loss is nan", "loss is inf", "step for nan or inf"),
         # torchtitan pads its metrics: `loss:     nan` (round 42), hence "  nan"
         False, "loss or gradients became NaN/Inf",
         (" iteration 120/1000 | lm loss: nan | grad norm: nan |",

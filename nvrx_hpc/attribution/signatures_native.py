@@ -67,6 +67,25 @@ NATIVE: tuple[Signature, ...] = (
         ("slurmstepd: error: pyxis: container start failed with error code: 1",
          "slurmstepd: error: pyxis:     nvidia-container-cli: ldcache error: process /sbin/ldconfig failed"),
     ),
+    Signature(  # two processes claimed one rank at NCCL's bootstrap: two nodes started as the same machine rank (an
+        # unexpanded `$SLURM_NODEID` in a quoted launch line, round 87a); the launch's, met on every run
+        "nccl_rank_claimed_twice", Category.APPLICATION, _ROOT,
+        r"NCCL WARN Bootstrap Root ?: rank \d+ of \d+ ranks has already checked in",
+        ("has already checked in",), False, "two processes claimed the same rank (a node started with another's rank)",
+        ("npl-g017:201877:202031 [0] bootstrap.cc:250 NCCL WARN Bootstrap Root : rank 3 of 16 ranks has already "
+         "checked in",),
+    ),
+    Signature(  # a container runtime could not start the task's container on its node: the GPU hook
+        # (`nvidia-container-cli` could not initialise CUDA or NVML, find a device) or runc itself (rounds 86a, 87c,
+        # 87e): the node's
+        "container_runtime_failed", _H, _ROOT,
+        # an older kubelet's event names its node in the From column (`kubelet, k8s-v100-worker-04`)
+        r"(?:\bkubelet, (?P<node>[A-Za-z][\w.-]*)\s[^\n]*?)?"
+        r"(?:OCI runtime create failed|nvidia-container-cli: (?:initialization|device|ldcache|mount|detection) error)",
+        ("OCI runtime", "nvidia-container-cli"), True, "the container runtime could not start the task's container",
+        ("docker: Error response from daemon: failed to create shim task: OCI runtime create failed: runc create "
+         "failed: unable to start container process: error during container init",),
+    ),
     Signature(  # srun could not start the step's tasks on a node (an expired credential, a node that could not
         # launch): the scheduler's, before any training; the others then wait at the rendezvous (round 55b)
         "slurm_task_launch_failed", Category.SCHEDULER, _ROOT,

@@ -18,6 +18,33 @@ _IB_COMPLETION = (r"NET/IB(?:/\w+)? ?: Got completion from peer (?P<peer>\S+) wi
 
 NETWORK: tuple[Signature, ...] = (
     # ---- network --------------------------------------------------------------------------------
+    Signature(  # NCCL could not open one of the HCAs it was told to use (NCCL_IB_HCA): its channels on that device
+        # have no peer, and the job hangs at its first collective (round 87b, eRDMA); that host's set-up
+        "nccl_ib_device_unopenable", _N, _ROOT, r"NCCL WARN NET/IB ?: Unable to open device (?P<hca>\S+)",
+        ("Unable to open device",), False, "NCCL could not open the InfiniBand device {hca}",
+        ("h20-b04:3327:3409 [0] transport/net_ib.cc:652 NCCL WARN NET/IB : Unable to open device erdma_1",),
+    ),
+    Signature(  # NCCL found no interface by the name it was given (NCCL_SOCKET_IFNAME set for another host's card,
+        # rounds 64a, 87f): that host's launch settings, met again on every run
+        "nccl_no_socket_iface", _N, _ROOT, r"Bootstrap ?: no socket interface found",
+        ("no socket interface found",), False, "NCCL found no network interface matching its setting",
+        ("gpu-r3n11:44907:44907 [0] misc/socket.cc:379 NCCL WARN Bootstrap : no socket interface found",),
+    ),
+    Signature(  # a peer dialled a loopback address for another host: that host's name resolves to 127.0.1.1 (Debian's
+        # /etc/hosts) and it advertised it (round 87d); named from `hostname -i` at its prompt (prompts.py)
+        "loopback_peer_refused", _N, _ROOT, r"connect \[127\.\d{1,3}\.\d{1,3}\.\d{1,3}\]:\d+: Connection refused",
+        ("connect [127.",), False, "a peer dialled a loopback address another host advertised",
+        ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [127.0.1.1]:22845: Connection "
+         "refused",),
+    ),
+    Signature(  # Slurm's PMIx plugin could not reach a node's slurmstepd (a firewall, a re-imaged node): every rank's
+        # MPI_Init then times out; the node it names is the one no peer reaches (round 87e)
+        "pmix_direct_connect", _N, _ROOT,
+        r"mpi/pmix\w*: pmixp_dconn_connect: [^\n]*?Cannot establish direct connection to (?P<failed>[A-Za-z][\w.-]*)",
+        ("Cannot establish direct connection",), True, "Slurm's PMIx could not reach {node}'s step daemon",
+        ("slurmstepd: error:  mpi/pmix_v4: pmixp_dconn_connect: gn102 [1]: pmixp_dconn.h:246: Cannot establish "
+         "direct connection to gn103 (2)",),
+    ),
     Signature(  # NCCL's sockets on the loopback interface (a container with its own network, NCCL_SOCKET_IFNAME
         # unset): no other host can reach them. Weak: a one-node job may use it, and fails of something else (round 83c)
         "nccl_loopback_iface", _N, _WEAK,

@@ -32,8 +32,10 @@ NODE: tuple[Signature, ...] = (
          "Oct 02 08:04:51 mx3-n12 kernel: amdgpu 0000:9f:00.0: amdgpu: HBM 3 UE 1 (umc channel 14)"),
     ),
     Signature(  # an `nvidia-smi` table whose `Volatile Uncorr. ECC` column counts errors on a GPU since its driver
-        # loaded (rounds 47b, 54a, 64b, 73b, 84c): that GPU's memory is failing; its index and bus place it (gpu_bus.py)
-        "smi_uncorrected_ecc", _G, _ROOT,
+        # loaded (rounds 47b, 54a, 64b, 73b, 84c): that GPU's memory is failing; its index and bus place it
+        # (gpu_bus.py). Weak: a count since boot explains a CUDA error on that node (verdict.py), not an exception of
+        # the code
+        "smi_uncorrected_ecc", _G, Role.WEAK,
         r"^\|\s+(?P<index>\d{1,2})\s+[^|\n]*\|\s+(?P<gpu>0{4}(?:0{4})?:(?P<bus>[0-9A-Fa-f]{2}):[0-9A-Fa-f]{2}\.[0-7])"
         r"\s+(?:On|Off)\s+\|\s+(?P<ecc>[1-9]\d*)\s+\|",
         ("Off |", "On |"), True, "nvidia-smi counts {ecc} uncorrectable ECC error(s) on GPU {gpu}",
@@ -46,9 +48,14 @@ NODE: tuple[Signature, ...] = (
         ("amdgpu 0000:05:00.0: amdgpu: [Hardware Error]: Accelerator Check Architecture events logged",),
     ),
     Signature(  # the kernel driver could not bring a GPU up (round 86b: a VM that then lists seven GPUs of eight)
-        "gpu_init_failed", _G, _ROOT, r"\bRmInitAdapter failed|\brm_init_adapter failed",
-        ("RmInitAdapter", "rm_init_adapter"), True, "the NVIDIA driver could not initialise a GPU",
-        ("NVRM: RmInitAdapter failed! (0x22:0x56:742)",),
+        # or refused one (`installed in this system is not supported by the ... driver release`: one GPU of eight
+        # left out on an AKS node, round 87c)
+        "gpu_init_failed", _G, _ROOT,
+        r"\bRmInitAdapter failed|\brm_init_adapter failed|"
+        r"NVRM: The NVIDIA GPU (?P<gpu>[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.\d) \(PCI ID: [0-9a-f:]+\)",
+        ("RmInitAdapter", "rm_init_adapter", "NVRM: The NVIDIA GPU"), True,
+        "the NVIDIA driver could not initialise a GPU",
+        ("NVRM: RmInitAdapter failed! (0x22:0x56:742)", "NVRM: The NVIDIA GPU 000a:00:00.0 (PCI ID: 10de:2330)"),
     ),
     Signature(  # the node's driver and its CUDA or NVML libraries out of step: a driver upgraded under a running
         # system, a container toolkit newer than the host's driver (rounds 86a, 86b); the node's, restartable without it
@@ -79,6 +86,22 @@ NODE: tuple[Signature, ...] = (
         ("No VNIs",), False, "PALS could not start the processes on a node: no network VNIs left for this launch",
         ("start failed on x4102c5s2b0n0: No VNIs available in internal allocator",),
     ),
+    Signature(  # EFA could not post its receive buffers because it could not pin memory: the node's locked-memory limit
+        # (`ulimit -l` 64 KiB under slurmd, round 87c), met again on every run there until it is raised
+        "efa_memory_pin_failed", _H, _ROOT, r"EFA internal error: \(4112\) Failure to post internal receive buffers",
+        ("Failure to post internal receive buffers",), False,
+        "EFA could not post its receive buffers (the node's locked-memory limit)",
+        ("EFA internal error: (4112) Failure to post internal receive buffers",),
+    ),
+    Signature(  # the ssh session the job was started from dropped (its client stopped answering): the shell's hangup
+        # ends the launcher and its workers (torchrun's `Received Signals.SIGHUP death signal`, round 68a). Weak: the
+        # same lines close every login, and a failure of the job's own explains it better
+        "ssh_session_dropped", Category.SCHEDULER, Role.WEAK,
+        r"sshd\[\d+\]: (?:Timeout, client not responding|pam_unix\(sshd:session\): session closed for user)",
+        ("client not responding", "session closed for user"), True,
+        "the ssh session that started the job closed (its hangup ended the launcher)",
+        ("Aug 28 22:53:46 dl-a6000-03 sshd[245801]: Timeout, client not responding from user swu 10.20.4.117",),
+    ),
     Signature(  # a process out of file descriptors: the node's open-file limit (`ulimit -n 1024`), met again on every
         # run until it is raised (rounds 85e, 86d)
         "open_files_exhausted", _H, _ROOT, r"\[Errno 24\] Too many open files|\bToo many open files\b",
@@ -94,8 +117,10 @@ NODE: tuple[Signature, ...] = (
         ("gpt-efa-worker-2         0/1     OOMKilled   0          14m", "      Reason:       OOMKilled"),
     ),
     Signature(  # the IOMMU refused a device's DMA: with it translating, peer copies between GPUs fault or stall
-        # (Intel's DMAR, AMD-Vi's IO_PAGE_FAULT; round 86b): the host's set-up, met again on every run until it changes
-        "iommu_dma_fault", _H, _ROOT,
+        # (Intel's DMAR, AMD-Vi's IO_PAGE_FAULT; round 86b). Weak: a fault at boot from another device (a USB or
+        # network controller's) is common, and any root-strength failure explains the job better: the host's set-up,
+        # met again on every run until it changes
+        "iommu_dma_fault", _H, Role.WEAK,
         r"DMAR: \[DMA (?:Read|Write)[^\]]*\] Request device \[[0-9a-f:.]+\] fault addr|"
         r"AMD-Vi: Event logged \[IO_PAGE_FAULT|\bIO_PAGE_FAULT device=[0-9a-f:.]+",
         ("DMAR:", "IO_PAGE_FAULT"), False, "the IOMMU refused a device's DMA (peer-to-peer copies between GPUs stall)",

@@ -10,7 +10,7 @@ from nvrx_hpc.attribution.signature_record import Signature
 __all__ = ["TEARDOWN"]
 
 _S, _A, _F = Category.SCHEDULER, Category.APPLICATION, Category.FRAMEWORK_CRASH
-_ROOT, _CASC = Role.ROOT, Role.CASCADE
+_ROOT, _CASC, _CTX = Role.ROOT, Role.CASCADE, Role.CONTEXT
 
 TEARDOWN: tuple[Signature, ...] = (
     # ---- teardown and context -------------------------------------------------------------------
@@ -120,6 +120,12 @@ TEARDOWN: tuple[Signature, ...] = (
         r"^pdsh@[\w.-]+: (?P<node>[\w.-]+): ssh exited with exit code (?P<code>12[67])\b",
         ("ssh exited",), False, "the launch command could not run on {node} (pdsh: exit code {code})",
         ("pdsh@n11: n12: ssh exited with exit code 127",),
+    ),
+    Signature(  # PyTorch's flight-recorder analyser run afterwards found no dumps under the prefix it was given: the
+        # user's tool, not the job's failure (round 87d)
+        "fr_trace_no_files", _A, _CTX, r"AssertionError: no files loaded from \S+ with prefix",
+        ("no files loaded from",), None, "the flight-recorder analyser found no dumps",
+        ("AssertionError: no files loaded from /mnt/shared/fr with prefix nccl_trace_rank_",),
     ),
     Signature(
         "python_exception", _A, _ROOT,

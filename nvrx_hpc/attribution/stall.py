@@ -21,7 +21,7 @@ __all__ = ["stalled_before_limit"]
 
 STALL_MIN_S = 600.0  # a silence shorter than this before the limit is a slow step, not a hang
 _PACE_FACTOR = 3.0  # the silence must be this many times the longest pause while the job ran
-_MIN_STAMPS = 5  # distinct stamps needed before the silence to know the job's pace
+_MIN_STAMPS = 5  # dated lines needed before the silence to know the job's pace
 _STAMP_AT = 48  # a line's own stamp sits near its start, after a runner's prefix at most
 _READ_LIMIT = 64 << 20  # read at most this much of a file for its stamps
 # more lines than this after the last dated one: the job went on printing, undated (NeMo RL's step reports, round
@@ -58,7 +58,8 @@ def stall(path: Path, end: Hit) -> tuple[float, float] | None:
         return None
     dated, after = _stamps_before(path, end.line, datetime.fromtimestamp(end.time).year)
     stamps = [t for t in dated if t < end.time - 1]
-    if len(set(stamps)) < _MIN_STAMPS or after > _UNDATED_PROGRESS:  # one stamp on many lines: a collector's, no pace
+    if len(stamps) < _MIN_STAMPS or len(set(stamps)) < 2 or after > _UNDATED_PROGRESS:  # one stamp on every line: a
+        # collector's, which says nothing of the job's pace
         return None
     longest = max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0.0)
     silence = end.time - max(stamps)

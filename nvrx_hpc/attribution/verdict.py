@@ -75,6 +75,10 @@ _RAY_ADDRESS = re.compile(r"^\([\w-]+(?:,? pid=\d+)?, ip=([\d.]+)\)|Memory on th
 _RAY_KILLED_ON = re.compile(r"\bat node \(ID: \w+, IP: ([\d.]+)\)|Memory on the node \(IP: ([\d.]+),")
 
 
+_CUDA_LEVEL = re.compile(r"CUDA error|CUDA out of memory|cuda runtime error|CUBLAS_STATUS|ncclUnhandledCudaError")
+_ENDED_BY_OPERATOR = ("k8s_pod_deleted", "k8s_node_drained")
+_OWN_FAILURES = (Category.APPLICATION, Category.FRAMEWORK_CRASH, Category.NUMERICAL, Category.GPU_HARDWARE,
+                 Category.HOST, Category.NETWORK)
 # a node's limit that one process met (the kernel's OOM kill, its open-file limit): that process's rank with the node
 _PROCESS_HOST_FAULTS = ("linux_oom_kill", "open_files_exhausted")
 
@@ -154,10 +158,18 @@ def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause |
             return min(gpu, key=cause_key), ()
     if root.category in (Category.APPLICATION, Category.FRAMEWORK_CRASH):
         nodes = set(root.nodes) | {rank_nodes[r] for r in root.ranks if r in rank_nodes}
+        # a CUDA-level error is also explained by weaker evidence of its GPU (nvidia-smi's ECC count, round 64b)
+        least = 2 if _CUDA_LEVEL.search(root.evidence.text) else 3
         for c in sorted(causes, key=cause_key):
-            if c.category is Category.GPU_HARDWARE and c.strength == 3 and (set(c.nodes) & nodes or
-                                                                            set(c.ranks) & set(root.ranks)):
+            if c.category is Category.GPU_HARDWARE and c.strength >= least and (set(c.nodes) & nodes or
+                                                                                set(c.ranks) & set(root.ranks)):
                 return c, root.ranks
+    if root.signature in (*_ENDED_BY_OPERATOR, "stall_before_time_limit"):
+        # a pod deleted or a node drained may be the cleanup after a failure the logs show, and a silence before a
+        # time limit the hang that failure left: that failure, if any (round 87a's rank claimed twice)
+        failed = [c for c in usable if c.strength == 3 and c.kind == "log" and c.category in _OWN_FAILURES]
+        if failed:
+            return min(failed, key=cause_key), ()
     return root, ()
 
 
@@ -328,6 +340,8 @@ def decide(f: Findings) -> Verdict:
     if advertiser is not None:  # the host that gave out the bridge's address, not the peer that dialled it
         ranks, nodes, gpus = [], [advertiser], []
         found_by = f"; {advertiser} advertised that address, which the others dialled"
+    if root.signature == "loopback_peer_refused" and len(f.loopback_hosts) == 1:
+        ranks, nodes, gpus = [], sorted(f.loopback_hosts), []  # the host whose name resolves to loopback advertised it
     hosts = {h.node for h in f.hits if h.node} or set(f.prompt_hosts)
     p2p_stall = category is Category.DISTRIBUTED_HANG and f.p2p_off_trains and len(hosts) == 1
     if p2p_stall:  # a hang on one host's GPUs that trains with peer-to-peer copies off: its PCIe path (ACS, IOMMU)
@@ -377,7 +391,8 @@ def decide(f: Findings) -> Verdict:
                  if c.kind == "log" and (m := _RAY_KILLED_ON.search(c.evidence.text))]
     if not nodes and root.kind == "log" and killed_on:
         nodes = killed_on[:1]  # Ray's own report of the kill names the node, by address (round 78a)
-    nodes, gpus = short_hosts(nodes), short_hosts(gpus)
+    # a node named by its address is the host the logs pair that address with (Ray's `ip:`, round 14b)
+    nodes, gpus = short_hosts([f.addr_hosts.get(n, n) for n in nodes]), short_hosts(gpus)
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
     if category in (Category.APPLICATION, Category.NUMERICAL):
         restartable = False  # the workload's own failure comes back on any node
@@ -410,8 +425,8 @@ def decide(f: Findings) -> Verdict:
         action, exclude = Action.EXCLUDE_AND_RETRY, tuple(nodes)
     else:
         action, exclude = Action.RETRY, ()
-    if len(nodes) == 1 and len(pods := [p for p, n in f.pod_nodes.items() if short_hosts([n]) == nodes != [p]]) == 1:
-        nodes = [*nodes, pods[0]]  # the node to cordon, and the job's pod on it that the logs name (round 86a)
+    # the job's one pod on the culprit node: users and their labels name it as often as the node (round 86a)
+    pods = [p for p, n in f.pod_nodes.items() if short_hosts([n]) == nodes != [p]] if len(nodes) == 1 else []
     in_co = {id(c) for c in co}  # by identity: comparing causes field by field is quadratic on a long log
     rest = [c for c in causes if id(c) not in in_co and c.kind == "log" and c.signature != "traceback_start"]
     cascade = _cascade(rest)
@@ -425,7 +440,8 @@ def decide(f: Findings) -> Verdict:
     return Verdict(
         category=category,
         root_cause=text,
-        culprit=Culprit(nodes=tuple(nodes), ranks=tuple(ranks), gpus=tuple(gpus)),
+        culprit=Culprit(nodes=tuple(nodes), ranks=tuple(ranks), gpus=tuple(gpus), pods=tuple(pods[:1]) if len(pods) == 1
+                        else ()),
         restartable=restartable,
         confidence=max(0.05, min(0.99, confidence)),
         evidence=tuple(evidence),

@@ -41,7 +41,7 @@ def test_reports_are_written_and_self_contained(run_dir):
     assert [p.name for p in paths] == ["report.json", "report.md", "report.html"]
     stored = json.loads((run_dir / "report.json").read_text())
     assert stored["job_id"] == "4242" and stored["category"] == "distributed_hang"
-    assert stored["culprit"] == {"nodes": ["n2"], "ranks": [5], "gpus": []}
+    assert stored["culprit"] == {"nodes": ["n2"], "ranks": [5], "gpus": [], "pods": []}
     page = (run_dir / "report.html").read_text()
     assert "<svg" in page and "<script>" not in page and "&lt;script&gt;alert(1)" in page
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")  # nothing fetched from elsewhere
