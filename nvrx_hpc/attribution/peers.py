@@ -25,7 +25,8 @@ __all__ = ["sample_addresses", "peer_suspect", "names_peer", "PeerFinding"]
 _IP = rb"(?:\d{1,3}\.){3}\d{1,3}"
 # IPv6, with the zone of a link-local one (`fe80::b4f1:9cff:fe2e:61d5%veth3a91c27`: a container's veth, round 32)
 _IP6 = rb"[0-9A-Fa-f]{1,4}:[0-9A-Fa-f:]*:[0-9A-Fa-f]{1,4}(?:%[\w.-]+)?"
-_HOST = rb"[A-Za-z][\w-]*(?:\.[A-Za-z][\w-]*)*"
+# a whole name, never the tail of one: a container's host name is its id, which may start with a digit
+_HOST = rb"(?<![\w.-])(?:[A-Za-z][\w-]*(?:\.[A-Za-z][\w-]*)*|[0-9a-f]{12}(?![\w.-]))"
 # (host group, address group, needle) per pattern; the host comes first unless the pattern says otherwise.
 # A pattern with a needle runs only on the lines holding it (found by bytes.find): run over whole blocks,
 # a pattern that starts with a host name is tried at every byte (round 19: 4.7 of 7.6 s on 10^6 lines).

@@ -322,3 +322,10 @@ def test_a_culprit_named_by_address_is_the_host_the_logs_pair_it_with():
     case = Path(__file__).parents[1] / "fixtures/attribution_corpus/heldout14b_ray_torchtrainer_worker_died"
     v = analyze_run(case).verdict
     assert "10.1.4.23" not in v.culprit.nodes and "gpu-m03" in v.culprit.nodes
+
+
+def test_a_container_id_that_starts_with_a_digit_is_paired_whole_with_its_address():
+    from nvrx_hpc.attribution.peers import sample_addresses
+
+    line = b"7c41e0b9d2fa:214:214 [0] NCCL INFO Bootstrap : Using eth0:172.17.0.2<0>\n"
+    assert sample_addresses(line).get("172.17.0.2") == "7c41e0b9d2fa"
