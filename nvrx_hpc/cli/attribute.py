@@ -18,8 +18,9 @@ def _print_outcome(outcome) -> None:
     c = r["culprit"]
     print_text(f"category:     {r['category']}")
     print_text(f"root cause:   {r['root_cause']}")
+    pods = f"; pod {', '.join(c['pods'])}" if c.get("pods") else ""  # a Kubernetes job's pod on the culprit node
     print_text(f"culprit:      nodes {', '.join(c['nodes']) or '-'}; ranks {', '.join(map(str, c['ranks'])) or '-'}"
-               f"; GPUs {', '.join(c['gpus']) or '-'}")  # fmt: skip
+               f"; GPUs {', '.join(c['gpus']) or '-'}{pods}")  # fmt: skip
     rec = r["recommendation"]
     print_text(f"restartable:  {'yes' if r['restartable'] else 'no'} ({rec['action']}"
                + (f", exclude {', '.join(rec['exclude_nodes'])})" if rec["exclude_nodes"] else ")"))  # fmt: skip

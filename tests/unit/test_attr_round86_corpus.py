@@ -329,3 +329,16 @@ def test_a_container_id_that_starts_with_a_digit_is_paired_whole_with_its_addres
 
     line = b"7c41e0b9d2fa:214:214 [0] NCCL INFO Bootstrap : Using eth0:172.17.0.2<0>\n"
     assert sample_addresses(line).get("172.17.0.2") == "7c41e0b9d2fa"
+
+
+def test_the_terminal_summary_names_the_culprits_pod(tmp_path):
+    import subprocess
+    import sys
+
+    described = ["Name:             ft-0", "Namespace:        ml", "Node:             gke-a2-x2vd/10.1.0.7",
+                 "Message:          Pod ephemeral local storage usage exceeds the total limit of containers 5Gi."]
+    log = ["ft-0:63:402 [0] NCCL INFO comm 0x55 rank 0 nranks 8 cudaDev 0 nvmlDev 0 busId 1000 - Init COMPLETE"]
+    run = write_run(tmp_path, {"kubectl_describe_pod.txt": described, "finetune.log": log})
+    out = subprocess.run([sys.executable, "-m", "nvrx_hpc", "attribute", str(run), "--no-write"], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    assert "culprit:      nodes gke-a2-x2vd; ranks -; GPUs -; pod ft-0" in out
