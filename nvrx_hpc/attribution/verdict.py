@@ -426,7 +426,8 @@ def decide(f: Findings) -> Verdict:
     else:
         action, exclude = Action.RETRY, ()
     # the job's one pod on the culprit node: users and their labels name it as often as the node (round 86a)
-    pods = [p for p, n in f.pod_nodes.items() if short_hosts([n]) == nodes != [p]] if len(nodes) == 1 else []
+    on_node = [p for p, n in f.pod_nodes.items() if short_hosts([n]) == nodes != [p]] if len(nodes) == 1 else []
+    pods = tuple(on_node) if len(on_node) == 1 else ()  # several pods of the job there: none stands out
     in_co = {id(c) for c in co}  # by identity: comparing causes field by field is quadratic on a long log
     rest = [c for c in causes if id(c) not in in_co and c.kind == "log" and c.signature != "traceback_start"]
     cascade = _cascade(rest)
@@ -440,8 +441,7 @@ def decide(f: Findings) -> Verdict:
     return Verdict(
         category=category,
         root_cause=text,
-        culprit=Culprit(nodes=tuple(nodes), ranks=tuple(ranks), gpus=tuple(gpus), pods=tuple(pods[:1]) if len(pods) == 1
-                        else ()),
+        culprit=Culprit(nodes=tuple(nodes), ranks=tuple(ranks), gpus=tuple(gpus), pods=pods),
         restartable=restartable,
         confidence=max(0.05, min(0.99, confidence)),
         evidence=tuple(evidence),
