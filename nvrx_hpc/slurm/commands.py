@@ -12,7 +12,20 @@ from nvrx_hpc.slurm.hostlist import compress
 from nvrx_hpc.slurm.parse_text import parse_show_config
 from nvrx_hpc.slurm.runner import CommandRunner, CompletedCommand
 
-__all__ = ["srun_argv", "srun_help", "submit_batch", "show_config"]
+__all__ = ["srun_argv", "srun_help", "submit_batch", "show_config", "without_spank_options"]
+
+# Where an srun inside an allocation finds the SPANK options its job was submitted with: sbatch hands them to
+# the batch script's environment under these prefixes, and every srun there applies them to its step.
+_SPANK_OPTION_PREFIXES = ("SLURM_SPANK__SLURM_SPANK_OPTION_", "_SLURM_SPANK_OPTION_")
+
+
+def without_spank_options(env: dict[str, str], plugin: str) -> dict[str, str]:
+    """`env` less the options of SPANK `plugin` that the job was submitted with, so that a step launched with
+    it gets only the options its own command line gives: `sbatch --nvrx` must not turn the plugin on for a
+    health probe, whose task would register as a rank. Only for steps that never run first on a node: without
+    PrologFlags=Alloc the Prolog there runs at the first step and reads its options."""
+    inherited = tuple(f"{prefix}{plugin}_" for prefix in _SPANK_OPTION_PREFIXES)
+    return {k: v for k, v in env.items() if not k.startswith(inherited)}
 
 
 def srun_argv(

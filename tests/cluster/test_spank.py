@@ -293,6 +293,34 @@ def test_sbatch_option_reaches_the_inner_srun(cluster, listeners, short_dir):
     assert len(_of_type(messages, "register", job, "batch")) == 1
 
 
+PROBE_SCRIPT = """
+import asyncio, os
+from nvrx_hpc.launcher.evidence import quick_health
+from nvrx_hpc.slurm.hostlist import expand
+other = [n for n in expand(os.environ["SLURM_JOB_NODELIST"]) if n != os.environ["SLURMD_NODENAME"]][0]
+probe = asyncio.run(quick_health(other, dict(os.environ)))
+print("probe reachable:", probe.reachable, probe.detail)
+"""
+
+
+def test_the_launchers_health_probe_does_not_inherit_sbatch_nvrx(cluster, listeners, short_dir):
+    """The launcher's health probe in an `sbatch --nvrx` job: its task must not register with the node's agent
+    as rank 0 (the agent's next stop would kill it: the probe then reads "exited 143" and the node looks
+    unreachable). The batch step still registers, so the listeners were there to hear the probe."""
+    out = short_dir / "job.out"
+    done = _run(cluster, ["sbatch", "--nvrx", "--wait", "-N2", "-t2", "-o", str(out), "--parsable",
+                          "--wrap", subprocess.list2cmdline([sys.executable, "-c", PROBE_SCRIPT])],
+                NVRX_AGENT_SOCKET=listeners.template)  # fmt: skip
+    text = out.read_text() if out.exists() else ""
+    assert done.returncode == 0 and "probe reachable: True" in text, text
+    job = int(done.stdout.strip().split(";")[0])
+    messages = listeners.wait_for(lambda got: len(_of_type(got, "register", job, "batch")) >= 1)
+    assert len(_of_type(messages, "register", job, "batch")) == 1
+    time.sleep(1)  # a late register from the probe step would have arrived by now
+    steps = {m["step"] for _, m in listeners.messages() if m["job"] == job and m["type"] == "register"}
+    assert steps == {"batch"}, listeners.messages()
+
+
 def _conf_with_plugstack(cluster, tmp_path: Path, plugin_args: str) -> Path:
     plugstack = tmp_path / "plugstack.conf"
     plugstack.write_text(f"required {cluster.spank_plugin} {plugin_args}\n")

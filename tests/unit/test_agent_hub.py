@@ -152,13 +152,48 @@ def test_a_stop_right_after_a_hang_waits_for_the_hung_ranks_dump(tmp_path):
     asyncio.run(scenario())
 
 
-def _register(pid: int):
+def _spank(kind: str, pid: int, rank: int = 9, step: int = 0, **fields):
     from nvrx_hpc.slurm.spank_messages import parse_spank_line
 
     return parse_spank_line(json.dumps({
-        "v": 1, "type": "register", "job": 7, "step": 0, "rank": 9, "local_rank": 0, "pid": pid, "node": "n1",
-        "restart_count": 0, "time": time.time(),
+        "v": 1, "type": kind, "job": 7, "step": step, "rank": rank, "local_rank": 0, "pid": pid, "node": "n1",
+        "restart_count": 0, "time": time.time(), **fields,
     }).encode())
+
+
+def _register(pid: int):
+    return _spank("register", pid)
+
+
+def test_a_task_of_another_step_does_not_take_an_exited_ranks_place(tmp_path):
+    """Rank 0 of the training step exits; the launcher's health probe (a one-task step that got the plugin
+    from the job) then registers its task 0 here. The stop that follows must not kill the probe; after the
+    next step start, that step's tasks register as usual."""
+
+    async def scenario():
+        hub, agent, task = await _start(tmp_path, poll_s=0.05, term_grace_s=0.5)
+        rank0 = subprocess.Popen([sys.executable, "-c", "pass"])
+        rank0.wait()
+        probe = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            agent._on_spank(_spank("register", rank0.pid, rank=0, step=3))
+            agent._on_spank(_spank("task_exit", rank0.pid, rank=0, step=3, status=768, exit_code=3))
+            agent._on_spank(_spank("register", probe.pid, rank=0, step=4))
+            assert agent.registry.get(0).pid == rank0.pid
+            hub.broadcast(m.LauncherStop, grace_s=0.5, reason="test")
+            await _next(hub, "ag.stopped")
+            assert probe.poll() is None, "the stop killed the probe"
+            hub.broadcast(m.StepStart, restart=1)
+            await asyncio.sleep(0.2)
+            agent._on_spank(_spank("register", probe.pid, rank=0, step=5))
+            assert agent.registry.get(0).pid == probe.pid
+        finally:
+            probe.kill()
+        hub.broadcast(m.Shutdown)
+        await asyncio.wait_for(task, 5)
+        await hub.close()
+
+    asyncio.run(scenario())
 
 
 @pytest.mark.parametrize("side", ["agent socket", "launcher port"])
