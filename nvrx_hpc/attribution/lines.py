@@ -53,9 +53,10 @@ _MPI_RANK = re.compile(r"^(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d 
 _HOST_RANK = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<rank>\d{1,7})(?:\]:|/\d{1,7}\] )")
 # pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit or a hyphen,
 # an exception name ("ValueError: ") has neither. A hostfile of addresses gives `10.52.0.22: ` (round 22). NVIDIA's
-# tools and Python's versioned binaries name themselves the same way (`nvidia-container-cli: `, `python3: `).
-_HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun|nvidia-(?:container|smi|persistenced|fabricmanager|ctk)|"
-                          r"python\d|pip\d)(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*"
+# tools, Flux's and Python's versioned binaries name themselves the same way (`nvidia-container-cli: `, `flux-job: `,
+# `python3: `).
+_HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun|flux-(?:job|shell):|"
+                          r"nvidia-(?:container|smi|persistenced|fabricmanager|ctk)|python\d|pip\d)(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*"
                           r"|(?:\d{1,3}\.){3}\d{1,3}): (?=\s*\S)")
 # A runner that tags each line with its origin and stream: `host [stderr] `, or milabench's
 # `bench.host [stdout] ` (`dinov2-giant-nodes.cn-d003 [stderr] [rank0]:...`, the host maybe a FQDN).

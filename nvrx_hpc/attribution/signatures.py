@@ -133,11 +133,16 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     Signature(
         "node_failure", _H, _ROOT,
         r"(?:\*\*\* (?:JOB|STEP) [\d.]+\w* ON (?P<survivor>\S+) CANCELLED AT \S+ DUE TO NODE FAILURE|"
-        r"(?:srun|salloc|sbatch): error: Node failure on (?P<failed>[\w.-]+)|"  # salloc's own (round 77d)
+        # salloc's own (round 77d); Flux's job exception and its broker's word on the node it lost (round 88d)
+        r"(?:(?:srun|salloc|sbatch): error: Node failure on |\btype=node-failure\b[^\n]*\bnode failure on |"
+        r"\bbroker\.err\[\d+\]: (?=[A-Za-z][\w-]* \(rank \d+\) has disconnected unexpectedly, marking it LOST))"
+        r"(?P<failed>[\w.-]+)|"
         r"[Jj]ob (?:was|has been) (?:preempted|requeued|killed|aborted) due to node failure)",  # PBS's mail (71a)
-        ("NODE FAILURE", "Node failure", "due to node failure"), True,
-        "the scheduler (Slurm, PBS) reported a node failure",
-        ("srun: error: Node failure on n3", "salloc: error: Node failure on worker-6"),
+        ("NODE FAILURE", "Node failure", "due to node failure", "node-failure", "marking it LOST"), True,
+        "the scheduler (Slurm, PBS, Flux) reported a node failure",
+        ("srun: error: Node failure on n3", "salloc: error: Node failure on worker-6",
+         "1296.552s: job.exception type=node-failure severity=0 node failure on pinyon103 (shell rank 2)",
+         "Mar 11 02:41:51.208366 broker.err[0]: pinyon103 (rank 2) has disconnected unexpectedly, marking it LOST"),
     ),
     Signature(  # the kubelet's graceful node shutdown (a cloud VM taken back or maintained): the node went away
         "k8s_node_shutdown", _H, _ROOT, r"Pod was terminated in response to imminent node shutdown",
@@ -187,6 +192,16 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         "disk_full", _H, _ROOT, r"(?:No space left on device|Disk quota exceeded)",
         ("No space left", "quota exceeded"), False, "disk full or quota exceeded",
         ("OSError: [Errno 28] No space left on device: '/ckpt/step-100'",),
+    ),
+    Signature(  # the node's storage failed under a write: torch.save's writer lost its file, a FUSE mount (HDFS, S3,
+        # blobfuse) lost its daemon (rounds 88c); the node's, and a relaunch may well find it back
+        "storage_write_failed", _H, _ROOT,
+        r"(?:PytorchStreamWriter failed writing file \S+: file write failed|"
+        r"\[Errno 107\] Transport endpoint is not connected)",
+        ("file write failed", "Transport endpoint is not connected"), True,
+        "the node's storage failed under a write",
+        ("RuntimeError: [enforce fail at inline_container.cc:857] . PytorchStreamWriter failed writing file "
+         "data/322: file write failed", "OSError: [Errno 107] Transport endpoint is not connected"),
     ),
     # ---- scheduler ------------------------------------------------------------------------------
     Signature(
@@ -370,7 +385,8 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(
         "segfault", _F, _ROOT,
-        r"(?:[Ss]egmentation fault|segfault at [0-9a-f]+|Fatal Python error: (?!Bus error|Aborted)(?P<what>[A-Za-z ]+)|"
+        r"(?:(?<!flux-job: task\(s\) )[Ss]egmentation fault|segfault at [0-9a-f]+|"
+        r"Fatal Python error: (?!Bus error|Aborted)(?P<what>[A-Za-z ]+)|"
         r"Illegal instruction|SIGSEGV|SIGILL)",  # `Unexpected segmentation fault encountered in worker.`: DataLoader's
         ("Segmentation fault", "segmentation fault", "segfault", "Fatal Python error", "Illegal instruction", "SIGSEGV",
          "SIGILL"),

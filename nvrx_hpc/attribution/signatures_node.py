@@ -57,6 +57,14 @@ NODE: tuple[Signature, ...] = (
         "the NVIDIA driver could not initialise a GPU",
         ("NVRM: RmInitAdapter failed! (0x22:0x56:742)", "NVRM: The NVIDIA GPU 000a:00:00.0 (PCI ID: 10de:2330)"),
     ),
+    Signature(  # the driver's word that a GPU must be reset before it works again: its GSP firmware calls failing with
+        # NV_ERR_RESET_REQUIRED, `nvidia-smi -q -d RESET_STATUS` saying so (round 88b); the card's, restartable without it
+        "gpu_reset_required", _G, _ROOT,
+        r"\bNV_ERR_RESET_REQUIRED\b|^\s*Reset Required\s*:\s*Yes\b",
+        ("NV_ERR_RESET_REQUIRED", "Reset Required"), True, "a GPU needs a reset before it works again",
+        ("NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) returned "
+         "from status @ kernel_channel.c:2874", "        Reset Required                    : Yes"),
+    ),
     Signature(  # the node's driver and its CUDA or NVML libraries out of step: a driver upgraded under a running
         # system, a container toolkit newer than the host's driver (rounds 86a, 86b); the node's, restartable without it
         "driver_stack_mismatch", _H, _ROOT,

@@ -71,6 +71,14 @@ TEARDOWN: tuple[Signature, ...] = (
         ("srun: error",), True, "srun: task(s) {tasks} on {node}: {what}",
         ("srun: error: n3: task 3: Exited with exit code 1",),
     ),
+    Signature(  # Flux's job shell on the job's tasks ending by a signal (`flux-job: task(s) Segmentation fault`): the
+        # launcher's echo of a rank's own crash, which its output shows (round 88d)
+        "flux_task_exit", _S, _CASC,
+        r"^flux-job: task\(s\) (?:[\d,-]+ )?(?P<what>Exited with exit code (?P<code>\d+)|Killed|Terminated|"
+        r"Segmentation fault|Aborted|Bus error|Floating point exception|Illegal instruction)",
+        ("flux-job: task",), True, "flux-job: task(s) {what}",
+        ("flux-job: task(s) Segmentation fault",),
+    ),
     Signature(  # Composer's launcher: the rank that crashed first, then each rank's exit (`-15`: it stopped them)
         "composer_rank_exit", _F, _CASC,
         r"(?:^|composer\.cli\.launcher:)(?:Global rank|Rank) (?P<rank>\d+) (?:\(PID \d+\) exited with code|"

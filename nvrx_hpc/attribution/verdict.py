@@ -175,14 +175,16 @@ def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause |
 
 def _specific(root: Cause, causes: list[Cause]) -> Cause:
     """A generic exception line carries a more specific cause printed with it (the OSError of a full disk,
-    the RuntimeError of a CUDA OOM): the specific signature of the same rank and traceback wins."""
-    if root.signature != "python_exception":
+    the RuntimeError of a CUDA OOM): the specific signature of the same rank and traceback wins. So does a full disk
+    under torch.save's failed write (not restartable as it stands)."""
+    if root.signature not in ("python_exception", "storage_write_failed"):
         return root
     near = [c for c in causes if c.kind == "log" and c.strength == 3 and c.signature != "python_exception"
             and c.category is not Category.DISTRIBUTED_HANG  # a stall report naming this rank: not its why
             # a NaN beside a framework's own assertion is the state its overflow handling choked on (fp16 loss
             # scaling skips such steps): the assertion is the failure (round 28, ColossalAI)
             and not (c.category is Category.NUMERICAL and root.category is Category.FRAMEWORK_CRASH)
+            and (root.signature == "python_exception" or c.signature == "disk_full")
             and c.evidence.source == root.evidence.source and c.ranks == root.ranks
             and abs((c.evidence.line or 0) - (root.evidence.line or 0)) <= 30]  # fmt: skip
     return min(near, key=lambda c: abs((c.evidence.line or 0) - (root.evidence.line or 0))) if near else root
@@ -279,6 +281,10 @@ def decide(f: Findings) -> Verdict:
     if root.kind == "log" and len(named) >= 2 and universe and named >= universe:
         ranks, nodes_from_co = [], False  # every rank failed the same way: the job's code or data, not one rank
     listed = failed_ranks(root.evidence.text) if root.kind == "log" else []
+    if root.kind == "log" and not listed and len(ranks) > 1:  # each rank's own error, then the checkpoint's on
+        # every rank that lists which of them failed (a storage error seen by several ranks, one rank's write lost)
+        dcp = {r for h in f.hits for r in failed_ranks(h.text)}
+        listed = sorted(dcp) if dcp and dcp < set(ranks) else []
     if listed:
         ranks, nodes_from_co = listed, False  # every rank raises a checkpoint's failure: those it lists failed
     if root.kind == "log" and every_node_alike(root.signature, f.hits, rank_nodes, {*f.listed_nodes, *f.job_nodes},
@@ -460,7 +466,8 @@ def _ranks_under_gpu(root: Cause, causes: list[Cause], rank_nodes: dict[int, str
     for c in causes:
         if c is root or c.kind not in ("log", "record") or c.strength != 3:
             continue
-        if c.category not in (Category.GPU_HARDWARE, Category.APPLICATION, Category.FRAMEWORK_CRASH):
+        if c.category not in (Category.GPU_HARDWARE, Category.APPLICATION, Category.FRAMEWORK_CRASH) \
+                and c.signature != "gpu_devices_busy":  # a GPU the driver wants reset refuses work: "busy" (round 88b)
             continue
         for r in c.ranks:
             node = rank_nodes.get(r) or (c.nodes[0] if c.nodes else None)
