@@ -2,8 +2,9 @@
 
 A script that starts one launcher per node often sends each node's output to its own file, named after
 the host (`logs/cn110.log`). A kernel log's name already places it (`localise.node_of_file`); any other
-file is placed only when its name, up to the first dot, is a host the logs themselves name as one of the
-job's nodes (an `srun: error: cn110: ...` line, a nodelist), so `train.log` or `rank3.log` place nothing.
+file is placed only when its name, up to the first dot (or its first word before an underscore,
+`cn110_nvidia-smi.txt`), is a host the logs themselves name as one of the job's nodes (an `srun: error: cn110: ...`
+line, a nodelist), so `train.log` or `rank3.log` place nothing.
 
 A file named after one rank and its host (`pyspy/gn13_rank6.txt`, `stack-rank6-gpu-a07.log`, round 60) pairs
 the two: someone who dumps each rank's stack names the file after where it ran (`rank_file_host`).
@@ -50,7 +51,8 @@ def place_by_file_host(hits: Sequence[Hit], listed: Iterable[str] = ()) -> list[
     for h in hits:
         if h.node is None:
             stem = PurePath(h.source).name.split(".")[0]
-            if stem in known:
-                h = dataclasses.replace(h, node=stem)
+            head = stem.split("_")[0]  # `ndv5-h100-03_nvsmi_perf.txt`: the host, then what was taken there
+            if stem in known or head in known:
+                h = dataclasses.replace(h, node=stem if stem in known else head)
         out.append(h)
     return out

@@ -57,8 +57,15 @@ NODE: tuple[Signature, ...] = (
         "the NVIDIA driver could not initialise a GPU",
         ("NVRM: RmInitAdapter failed! (0x22:0x56:742)", "NVRM: The NVIDIA GPU 000a:00:00.0 (PCI ID: 10de:2330)"),
     ),
+    Signature(  # `nvidia-smi -q`: a GPU slowed down because it runs too hot (round 88b: the one slow rank that held a
+        # job of four nodes back); the card's or its cooling's, restartable without it
+        "gpu_thermal_slowdown", _G, _ROOT, r"^\s*(?:HW|SW) Thermal Slowdown\s*:\s*Active\b",
+        ("Thermal Slowdown",), True, "a GPU slows down because it runs too hot",
+        ("            HW Thermal Slowdown           : Active",),
+    ),
     Signature(  # the driver's word that a GPU must be reset before it works again: its GSP firmware calls failing with
-        # NV_ERR_RESET_REQUIRED, `nvidia-smi -q -d RESET_STATUS` saying so (round 88b); the card's, restartable without it
+        # NV_ERR_RESET_REQUIRED, `nvidia-smi -q -d RESET_STATUS` saying so (round 88b); the card's, restartable
+        # without it
         "gpu_reset_required", _G, _ROOT,
         r"\bNV_ERR_RESET_REQUIRED\b|^\s*Reset Required\s*:\s*Yes\b",
         ("NV_ERR_RESET_REQUIRED", "Reset Required"), True, "a GPU needs a reset before it works again",

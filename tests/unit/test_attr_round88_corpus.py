@@ -74,3 +74,14 @@ def test_a_gpu_the_driver_wants_reset_takes_the_rank_it_refused(tmp_path):
     v = _verdict(tmp_path, {"worker-0.log": worker, "gpu-wk-b07_checks.txt": checks})
     assert v.category is Category.GPU_HARDWARE and v.restartable is True
     assert v.culprit.ranks == (9,) and v.culprit.nodes == ("gpu-wk-b07",)
+
+
+def test_a_gpu_in_thermal_slowdown_on_the_node_a_file_is_named_after(tmp_path):
+    """`nvidia-smi -q` on one node, in a file named `<host>_<what>.txt`: that host's GPU runs too hot."""
+    log = ["[init] rank= 3 local_rank=3 host=ndv5-h100-07 device=cuda:3",
+           "[init] rank=13 local_rank=5 host=ndv5-h100-03 device=cuda:5",
+           "slurmstepd: error: *** JOB 66104 ON ndv5-h100-07 CANCELLED AT 2026-11-18T10:03:02 ***"]
+    smi = ["GPU 0000000A:00:00.0", "    Clocks Event Reasons", "        HW Slowdown                       : Active",
+           "            HW Thermal Slowdown           : Active"]
+    v = _verdict(tmp_path, {"slurm-66104.out": log, "ndv5-h100-03_nvsmi_perf.txt": smi})
+    assert v.category is Category.GPU_HARDWARE and v.culprit.nodes == ("ndv5-h100-03",)
