@@ -438,7 +438,10 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     Signature(  # rank 0's rendezvous store could not take its port: another job's store holds it (round 81)
         "store_port_in_use", _A, _ROOT,
         r"(?:^|Error: )Address already in use$|[Ss]erver socket has failed to (?:bind|listen)[^\n]*"
-        r"(?:EADDRINUSE|address already in use)",
+        r"(?:EADDRINUSE|address already in use)|"
+        # older torch's final error quotes each bind's `(errno: 98 - Address already in use)`; those binds alone are
+        # warnings (`[W socket.cpp]`: another address may still work), round 88f
+        r"[Ss]erver socket has failed to listen on any local network address[^\n]*Address already in use",
         ("already in use", "EADDRINUSE"), False, "the rendezvous store's port is already in use (rank 0's store)",
         ("RuntimeError: Address already in use",
          "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "

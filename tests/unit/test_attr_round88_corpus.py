@@ -85,3 +85,22 @@ def test_a_gpu_in_thermal_slowdown_on_the_node_a_file_is_named_after(tmp_path):
            "            HW Thermal Slowdown           : Active"]
     v = _verdict(tmp_path, {"slurm-66104.out": log, "ndv5-h100-03_nvsmi_perf.txt": smi})
     assert v.category is Category.GPU_HARDWARE and v.culprit.nodes == ("ndv5-h100-03",)
+
+
+def test_torchs_store_port_taken_in_its_errno_wording(tmp_path):
+    """Older torch spells the store's bind failure `(errno: 98 - Address already in use)`: two tasks of a node each
+    started a store on the same port (the launch's doing)."""
+    log = ["MASTER_ADDR=d-14-7-1",
+           "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+           "The server socket has failed to bind to [::]:11204 (errno: 98 - Address already in use).",
+           "srun: error: d-14-7-1: task 1: Exited with exit code 1"]  # fmt: skip
+    v = _verdict(tmp_path, {"slurm-771204.out": log})
+    assert v.category is Category.APPLICATION and v.restartable is False and v.culprit.nodes == ("d-14-7-1",)
+
+
+def test_open_mpis_tcp_transport_failing_to_reach_a_peer_is_the_network(tmp_path):
+    log = [f"[dgx-b03][[52817,1],{r}][btl_tcp_endpoint.c:796:mca_btl_tcp_endpoint_complete_connect] connect() to "
+           "192.168.122.1 failed: No route to host (113)" for r in range(4)]  # fmt: skip
+    v = _verdict(tmp_path, {"hvd.log": log})
+    assert v.category is Category.NETWORK and v.restartable is False
+    assert "dgx-b03" not in v.culprit.nodes  # the node that reports it cannot reach the peer is not the culprit
