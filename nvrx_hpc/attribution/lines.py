@@ -56,8 +56,11 @@ _HOST_RANK = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<rank>\d{1,7})(?:\]:|/
 # tools, Flux's and Python's versioned binaries name themselves the same way (`nvidia-container-cli: `, `flux-job: `,
 # `python3: `).
 _HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun|flux-(?:job|shell):|"
-                          r"nvidia-(?:container|smi|persistenced|fabricmanager|ctk)|python\d|pip\d)(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*"
-                          r"|(?:\d{1,3}\.){3}\d{1,3}): (?=\s*\S)")
+                          r"nvidia-(?:container|smi|persistenced|fabricmanager|ctk)|python\d|pip\d)"
+                          r"(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*|(?:\d{1,3}\.){3}\d{1,3}): (?=\s*\S)")
+# A kernel line quoted inside another line (an alert bot's `node-health: Xid errors on ...: May 18 16:01:47
+# ip-26-0-160-12 kernel: ...`, round 89e): the host in its syslog header is the line's node, not the relay before it.
+_QUOTED_KERNEL = re.compile(r"\b[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?P<host>[A-Za-z][\w.-]*) kernel: ")
 # A runner that tags each line with its origin and stream: `host [stderr] `, or milabench's
 # `bench.host [stdout] ` (`dinov2-giant-nodes.cn-d003 [stderr] [rank0]:...`, the host maybe a FQDN).
 _STREAM_TAG = re.compile(r"^(?P<tag>[A-Za-z][\w.-]*) \[(?:stdout|stderr|start|end(?: \(\d+\))?)\] ")
@@ -399,6 +402,8 @@ def classify_line(
             or _NCCL_PREFIX.match(_ACTOR_PREFIX.sub("", body, count=1)))
     if prefix_node and prefix_node[0].isdigit() and nccl:
         prefix_node = nccl.group("host")  # pdsh's address prefix: NCCL's own prefix names the host
+    if prefix_node and not head_node and (quoted := _QUOTED_KERNEL.search(text)):
+        prefix_node = quoted.group("host")  # a relay's name before the node's own kernel line it quotes (a bot's alert)
     node = node or head_node or prefix_node
     if nccl:
         node = node or nccl.group("host")

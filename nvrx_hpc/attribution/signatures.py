@@ -330,10 +330,16 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("CUDA error", "Error [CUDA]"), None, "CUDA error: {what}",
         ("RuntimeError: CUDA error: an illegal memory access was encountered",),
     ),
+    Signature(  # the runtime's `unknown error`: the driver lost the GPU under the rank, most often with an Xid the
+        # logs lack (rounds 89e: one rank of 176B's training, restarted fine without its node); the GPU's
+        "cuda_unknown_error", _G, _ROOT, r"CUDA error: unknown error", ("CUDA error",), True,
+        "CUDA error: unknown error (the driver lost the GPU)",
+        ("[default3]:  what():  CUDA error: unknown error",),
+    ),
     Signature(  # the device aborted a kernel: a GPU fault (an Xid beside it says so) or a kernel bug
         "cuda_launch_failure", _F, _ROOT,
         r"CUDA error: (?P<what>unspecified launch failure|an illegal instruction was encountered|"
-        r"unknown error|launch timed out and was terminated)",
+        r"launch timed out and was terminated)",
         ("CUDA error",), True, "CUDA error: {what}",
         ("[rank5]:[E314 02:14:42.118 ProcessGroupNCCL.cpp:1595] [PG 0 (default_pg) Rank 5] Process group "
          "watchdog thread terminated with exception: CUDA error: unspecified launch failure",),
