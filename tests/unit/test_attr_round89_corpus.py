@@ -15,7 +15,8 @@ def _verdict(tmp_path, files: dict[str, list[str]]) -> Verdict:
 
 def test_a_kernel_line_quoted_by_an_alert_bot_is_its_hosts(tmp_path):
     alerts = ["[2023-05-18 16:02:11] node-health: Xid errors on instance: ip-26-0-160-12, Error: May 18 16:01:47 "
-              "ip-26-0-160-12 kernel: [91822.413377] NVRM: Xid (PCI:0000:10:1c): 79, pid=0, GPU has fallen off the bus."]
+              "ip-26-0-160-12 kernel: [91822.413377] NVRM: Xid (PCI:0000:10:1c): 79, pid=0, GPU has fallen off the "
+              "bus."]
     v = _verdict(tmp_path, {"xid_alerts.txt": alerts})
     assert v.category is Category.GPU_HARDWARE and v.culprit.nodes == ("ip-26-0-160-12",)
 
