@@ -48,6 +48,17 @@ _TEE_RANK = re.compile(r"^\[default(\d{1,7})\]:")  # torchrun --tee: `[default3]
 # --timestamp-output (`Tue May 23 11:04:33 2023[3]<stderr>:`, round 40)
 _MPI_RANK = re.compile(r"^(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?\[(?:\d+,)?(\d{1,7})\]"
                        r"<(?:stdout|stderr|stddiag)>:\s?")
+_MPI_CTIME = re.compile(r"^([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\[(?:\d+,)?\d{1,7}\]<")
+
+
+def _ctime(stamp: str) -> float | None:
+    """`Tue Nov 19 11:58:41 2019` (ctime, local time) -> epoch seconds."""
+    try:
+        return datetime.strptime(" ".join(stamp.split()), "%a %b %d %H:%M:%S %Y").timestamp()
+    except ValueError:
+        return None
+
+
 # A runner's `[host:rank]:` before each line (`[dgx-114:3]:[rank3]: ...`); UCX's `[host:pid:0:tid]` has more colons.
 # ESPnet2's `[host:rank/world] ` before each of its log lines (round 74a).
 _HOST_RANK = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<rank>\d{1,7})(?:\]:|/\d{1,7}\] )")
@@ -363,6 +374,8 @@ def classify_line(
         when = parse_time(text, ctx.year)
         clock = _clock(text) if when is not None else clock
     lead = _LEAD.match(raw)
+    if when is None and (ctime := _MPI_CTIME.match(raw)):  # mpirun --timestamp-output's stamp before its tag
+        when, clock = _ctime(ctime.group(1)), "iso"
     if when is None and lead:
         when, clock = parse_time(raw, ctx.year), "iso"  # the stamp before the prefixes
         if when is not None:

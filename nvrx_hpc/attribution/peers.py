@@ -67,7 +67,8 @@ _PAREN_IP = re.compile(rb" \((" + _IP + rb")\)")
 _HOST_AT_END = re.compile(rb"(" + _HOST + rb")\Z")
 # The remote end a reporting line names, and its own end (to map addresses to the reporter's host).
 _PEER = re.compile(
-    r"(?:from peer|by remote peer|Peer host id:|Call to \w+ (?:from|to)|[Cc]onnect to|for ep 0x[0-9a-fA-F]+ -) ?"
+    r"(?:from peer|by remote peer|Peer host id:|Call to \w+ (?:from|to)|[Cc]onnect to|connect\(\) to|"
+    r"for ep 0x[0-9a-fA-F]+ -) ?"
     r"(?:host )?"
     r"(?P<peer>[\w.:%\-]+?)(?:<\d+>|[\s),]|$)"
 )
@@ -75,9 +76,12 @@ _LOCAL = re.compile(r"(?:localGid|My host id:) ?(?P<local>[\w.:\-]+?)(?:[\s),]|$
 _NETWORK_ROLES = (Role.ROOT, Role.WEAK)
 
 
+_V4_PORT = re.compile(r"^(\d{1,3}(?:\.\d{1,3}){3}):\d+$")  # Open MPI's `connect() to 10.12.0.42:1024`
+
+
 def _norm(addr: str) -> str:
-    addr = addr.strip().lower()
-    return addr.removeprefix("::ffff:")
+    addr = addr.strip().lower().removeprefix("::ffff:")
+    return _V4_PORT.sub(r"\1", addr)
 
 
 def _short(name: str, known: set[str]) -> str:

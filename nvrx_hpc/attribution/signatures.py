@@ -330,6 +330,14 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("CUDA error", "Error [CUDA]"), None, "CUDA error: {what}",
         ("RuntimeError: CUDA error: an illegal memory access was encountered",),
     ),
+    Signature(  # ROCm's illegal memory access: a kernel touched memory it does not own (round 90c: a torch build for an
+        # older ROCm at its first collective). A bug in the stack unless the card's own errors say otherwise
+        "rocm_memory_access_fault", _F, _ROOT,
+        r"Memory access fault by GPU node-\d+ \(Agent handle: \S+\) on address \S+\. Reason: (?P<what>[^\n]+)",
+        ("Memory access fault",), None, "GPU memory access fault (ROCm): {what}",
+        ("Memory access fault by GPU node-4 (Agent handle: 0x6f1a2b0) on address 0x7ffe4c400000. Reason: Page not "
+         "present or supervisor privilege.",),
+    ),
     Signature(  # the runtime's `unknown error`: the driver lost the GPU under the rank, most often with an Xid the
         # logs lack (rounds 89e: one rank of 176B's training, restarted fine without its node); the GPU's
         "cuda_unknown_error", _G, _ROOT, r"CUDA error: unknown error", ("CUDA error",), True,

@@ -164,12 +164,13 @@ NETWORK: tuple[Signature, ...] = (
         # libvirt bridge, docker0) offered as the way to it, or a firewall (round 88f); fixed by choosing the
         # interface (btl_tcp_if_include), not by a relaunch
         "mpi_btl_tcp_connect_failed", _N, _ROOT,
-        r"mca_btl_tcp_endpoint_complete_connect\] connect\(\) to (?P<addr>\d{1,3}(?:\.\d{1,3}){3}) failed: "
-        r"(?P<how>No route to host|Connection refused|Connection timed out)",
-        ("mca_btl_tcp_endpoint_complete_connect",), False,
+        r"(?:mca_btl_tcp_endpoint_complete_connect\] |btl: tcp: )connect\(\) to (?P<addr>\d{1,3}(?:\.\d{1,3}){3})"
+        r"(?::\d+)? failed: (?P<how>No route to host|Connection refused|Connection timed out)",
+        ("mca_btl_tcp_endpoint_complete_connect", "btl: tcp: connect"), False,
         "Open MPI's TCP transport could not reach a peer's address ({how})",
         ("[dgx-b03][[52817,1],1][btl_tcp_endpoint.c:796:mca_btl_tcp_endpoint_complete_connect] connect() to "
-         "192.168.122.1 failed: No route to host (113)",),
+         "192.168.122.1 failed: No route to host (113)",
+         "[hpc-c01:20431] btl: tcp: connect() to 10.12.0.42:1024 failed: No route to host (113)"),
     ),
     Signature(  # the OFI plugin cannot reach a peer's EFA address at all (a security group, a subnet), round 34
         "ofi_address_insert", _N, _ROOT, r"NET/OFI Unable to insert remote address", ("NET/OFI",), True,

@@ -76,6 +76,9 @@ _RAY_KILLED_ON = re.compile(r"\bat node \(ID: \w+, IP: ([\d.]+)\)|Memory on the 
 
 
 _CUDA_LEVEL = re.compile(r"CUDA error|CUDA out of memory|cuda runtime error|CUBLAS_STATUS|ncclUnhandledCudaError")
+# A rank that timed out waiting for another's NCCL unique id in the store: the other never got to its communicator
+_UNIQUE_ID_WAIT = re.compile(r"retrieving ncclUniqueId from \[(\d{1,7})\] via c10d key-value store[^\n]*"
+                             r"(?:wait timeout|timed out|Socket Timeout)")
 _ENDED_BY_OPERATOR = ("k8s_pod_deleted", "k8s_node_drained")
 _OWN_FAILURES = (Category.APPLICATION, Category.FRAMEWORK_CRASH, Category.NUMERICAL, Category.GPU_HARDWARE,
                  Category.HOST, Category.NETWORK)
@@ -181,6 +184,7 @@ def _specific(root: Cause, causes: list[Cause]) -> Cause:
         return root
     near = [c for c in causes if c.kind == "log" and c.strength == 3 and c.signature != "python_exception"
             and c.category is not Category.DISTRIBUTED_HANG  # a stall report naming this rank: not its why
+            and c.category is not Category.SCHEDULER  # nor the time limit that ended the job it hung (round 90g)
             # a NaN beside a framework's own assertion is the state its overflow handling choked on (fp16 loss
             # scaling skips such steps): the assertion is the failure (round 28, ColossalAI)
             and not (c.category is Category.NUMERICAL and root.category is Category.FRAMEWORK_CRASH)
@@ -237,6 +241,9 @@ def decide(f: Findings) -> Verdict:
     co = [c for c in causes if c.key == root.key and c.strength == root.strength]
     ranks = sorted({r for c in co for r in c.ranks} | set(hit_ranks))
     nodes_from_co = True
+    waited = {int(m.group(1)) for c in co if (m := _UNIQUE_ID_WAIT.search(c.evidence.text))}
+    if len(waited) == 1 and all(_UNIQUE_ID_WAIT.search(c.evidence.text) for c in co) and not waited & set(ranks):
+        ranks, nodes_from_co = sorted(waited), False  # they all timed out waiting for that rank's NCCL id (90d)
     diverged = False  # the ranks' code took different paths into the hang: a restart replays it
     category = root.category
     found_by = ""
