@@ -30,10 +30,13 @@ LOCALISING: tuple[Signature, ...] = (
     Signature(  # a host telling its group to meet at a bridge's address (bridge_host.py, round 84c); before
         # `world_size`, which the same line would give
         "bridge_advertised", _N, _CTX,
-        r"\bmaster_addr(?:ess)?[=:] ?(?P<addr>(?:172\.17\.0|192\.168\.122)\.\d{1,3})\b",
-        ("master_addr",), None, "the group's master address {addr} is a bridge's",
+        # or NCCL's bootstrap on a host that chose its bridge's interface (round 90h)
+        r"(?:\bmaster_addr(?:ess)?[=:] ?|NCCL INFO Bootstrap ?: Using [\w.-]+:)"
+        r"(?P<addr>(?:172\.17\.0|192\.168\.122)\.\d{1,3})\b",
+        ("master_addr", "Bootstrap"), None, "the group's master address {addr} is a bridge's",
         ("(ActorModelRayActor pid=9921, ip=10.0.3.21) Init vllm process group: master_address=172.17.0.3, "
-         "master_port=41229, world_size=5, backend=nccl",),
+         "master_port=41229, world_size=5, backend=nccl",
+         "vis-gpu11:40517:40517 [0] NCCL INFO Bootstrap : Using docker0:172.17.0.1<0>"),
     ),
     Signature(
         "world_size", _D, _CTX,

@@ -47,3 +47,12 @@ def test_open_mpis_verbose_tcp_connect_failure_is_the_network(tmp_path):
     log = ["[hpc-c01:20431] btl: tcp: connect() to 10.12.0.42:1024 failed: No route to host (113)"]
     v = _verdict(tmp_path, {"run.log": log})
     assert v.category is Category.NETWORK and v.restartable is False
+
+
+def test_the_host_whose_nccl_bootstrap_chose_docker0_is_the_culprit(tmp_path):
+    """The peer that dials 172.17.0.1 only followed it: the host whose NCCL bootstrap used docker0 offered it."""
+    dialler = ["vis-gpu07:88216:88305 [3] misc/socket.cc:456 NCCL WARN Net : Connect to 172.17.0.1<52841> failed : "
+               "Connection refused"]
+    offerer = ["vis-gpu11:40517:40517 [0] NCCL INFO Bootstrap : Using docker0:172.17.0.1<0>"]
+    v = _verdict(tmp_path, {"machine0_vis-gpu07.log": dialler, "machine1_vis-gpu11.log": offerer})
+    assert v.category is Category.NETWORK and v.culprit.nodes == ("vis-gpu11",)
