@@ -25,6 +25,7 @@ from typing import Any
 
 from nvrx_hpc.agent.dumps import DumpDesk
 from nvrx_hpc.agent.hang import Timeouts, calibrate, find_hangs
+from nvrx_hpc.agent.rank_step import RankStep
 from nvrx_hpc.agent.registry import RankRecord, RankState, Registry
 from nvrx_hpc.agent.server import RankSocketServer, WorkerLink
 from nvrx_hpc.agent.standby import StandbyDesk
@@ -64,12 +65,7 @@ class Agent:
         self.s = settings
         self.codec: Codec | None = Codec(settings.token) if settings.token else None
         self.registry = Registry()
-        # The Slurm step whose tasks are the ranks: the first to register through the SPANK plugin after the
-        # launcher's step start, or the step a standby task registered under before its go. Other steps of the
-        # job (a health probe, a standby or refill step) get the plugin too on a site that turns it on for every
-        # step; their task 0 must not replace rank 0's record, or the next stop kills the probe.
-        self.spank_step: int | None = None
-        self._spank_step_of: dict[int, int] = {}  # pid -> the step it registered under
+        self.rank_step = RankStep()  # which step's tasks the SPANK plugin registers as ranks (rank_step.py)
         self.timeouts = Timeouts()
         self.restored_heartbeat: float | None = None
         self.links: dict[int, WorkerLink] = {}
@@ -189,7 +185,7 @@ class Agent:
 
     async def _on_step(self, msg: m.StepStart) -> None:
         self.registry.clear()
-        self.spank_step = None
+        self.rank_step.reset()
         self.links.clear()
         self.timings.clear()
         self.iterations.clear()
@@ -251,14 +247,9 @@ class Agent:
         if str(msg.job) != self.s.job or msg.node != self.s.node or not isinstance(msg.step, int):
             return
         if isinstance(msg, Register):
-            if len(self._spank_step_of) > 65536:
-                self._spank_step_of.clear()
-            self._spank_step_of[msg.pid] = msg.step
-            if self.spank_step is None:
-                self.spank_step = msg.step
-            elif msg.step != self.spank_step:
-                log.info("[%s] task %d (pid %d) of step %d is not a rank of step %d: not registered",
-                         self.s.node, msg.rank, msg.pid, msg.step, self.spank_step)  # fmt: skip
+            if not self.rank_step.admits(msg.step, msg.pid):
+                log.info("[%s] task %d (pid %d) of step %d is not a rank of step %s: not registered",
+                         self.s.node, msg.rank, msg.pid, msg.step, self.rank_step.step)  # fmt: skip
                 return
             record, new = self.registry.register(
                 msg.rank, msg.pid, local_rank=msg.local_rank, restart=msg.restart_count, source="spank"
@@ -291,8 +282,7 @@ class Agent:
         pid = link.peer_pid or msg.pid
         if pid <= 0:
             return
-        if self.spank_step is None and pid in self._spank_step_of:  # a standby task, now a rank
-            self.spank_step = self._spank_step_of[pid]
+        self.rank_step.worker_joined(pid)
         record, new = self.registry.register(
             msg.rank, pid, local_rank=msg.local_rank, restart=msg.restart, source="worker"
         )

@@ -193,16 +193,6 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("No space left", "quota exceeded"), False, "disk full or quota exceeded",
         ("OSError: [Errno 28] No space left on device: '/ckpt/step-100'",),
     ),
-    Signature(  # the node's storage failed under a write: torch.save's writer lost its file, a FUSE mount (HDFS, S3,
-        # blobfuse) lost its daemon (rounds 88c); the node's, and a relaunch may well find it back
-        "storage_write_failed", _H, _ROOT,
-        r"(?:PytorchStreamWriter failed writing file \S+: file write failed|"
-        r"\[Errno 107\] Transport endpoint is not connected)",
-        ("file write failed", "Transport endpoint is not connected"), True,
-        "the node's storage failed under a write",
-        ("RuntimeError: [enforce fail at inline_container.cc:857] . PytorchStreamWriter failed writing file "
-         "data/322: file write failed", "OSError: [Errno 107] Transport endpoint is not connected"),
-    ),
     # ---- scheduler ------------------------------------------------------------------------------
     Signature(
         "slurm_time_limit", _S, _ROOT, rf"{_SLURM_CANCEL} DUE TO TIME LIMIT", ("TIME LIMIT",), True,
@@ -329,20 +319,6 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"(?:CUDA error|Error \[CUDA\]): (?P<what>an illegal memory access was encountered)",  # Triton's too
         ("CUDA error", "Error [CUDA]"), None, "CUDA error: {what}",
         ("RuntimeError: CUDA error: an illegal memory access was encountered",),
-    ),
-    Signature(  # ROCm's illegal memory access: a kernel touched memory it does not own (round 90c: a torch build for an
-        # older ROCm at its first collective). A bug in the stack unless the card's own errors say otherwise
-        "rocm_memory_access_fault", _F, _ROOT,
-        r"Memory access fault by GPU node-\d+ \(Agent handle: \S+\) on address \S+\. Reason: (?P<what>[^\n]+)",
-        ("Memory access fault",), None, "GPU memory access fault (ROCm): {what}",
-        ("Memory access fault by GPU node-4 (Agent handle: 0x6f1a2b0) on address 0x7ffe4c400000. Reason: Page not "
-         "present or supervisor privilege.",),
-    ),
-    Signature(  # the runtime's `unknown error`: the driver lost the GPU under the rank, most often with an Xid the
-        # logs lack (rounds 89e: one rank of 176B's training, restarted fine without its node); the GPU's
-        "cuda_unknown_error", _G, _ROOT, r"CUDA error: unknown error", ("CUDA error",), True,
-        "CUDA error: unknown error (the driver lost the GPU)",
-        ("[default3]:  what():  CUDA error: unknown error",),
     ),
     Signature(  # the device aborted a kernel: a GPU fault (an Xid beside it says so) or a kernel bug
         "cuda_launch_failure", _F, _ROOT,

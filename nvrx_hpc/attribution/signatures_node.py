@@ -1,5 +1,6 @@
 """The catalog's node part: a node's GPUs failing outside NVIDIA's Xids (AMD's driver, a GPU that did not
-initialise), its driver stack out of step, its IOMMU refusing DMA, and a node its launcher or cluster lost (HPE's
+initialise, CUDA's `unknown error`, ROCm's memory access fault, a GPU too hot or wanting a reset), its storage failing
+under a write, its driver stack out of step, its IOMMU refusing DMA, and a node its launcher or cluster lost (HPE's
 PALS, Kubernetes' kills).
 It sits after the network signatures and before the host's in `signatures.CATALOG`: AMD's driver prints its own
 `[Hardware Error]`, which the host's kernel-fault signature would take."""
@@ -11,7 +12,7 @@ from nvrx_hpc.attribution.signature_record import Signature
 
 __all__ = ["NODE"]
 
-_G, _H = Category.GPU_HARDWARE, Category.HOST
+_G, _H, _F = Category.GPU_HARDWARE, Category.HOST, Category.FRAMEWORK_CRASH
 _ROOT, _CTX = Role.ROOT, Role.CONTEXT
 
 NODE: tuple[Signature, ...] = (
@@ -56,6 +57,30 @@ NODE: tuple[Signature, ...] = (
         ("RmInitAdapter", "rm_init_adapter", "NVRM: The NVIDIA GPU"), True,
         "the NVIDIA driver could not initialise a GPU",
         ("NVRM: RmInitAdapter failed! (0x22:0x56:742)", "NVRM: The NVIDIA GPU 000a:00:00.0 (PCI ID: 10de:2330)"),
+    ),
+    Signature(  # the runtime's `unknown error`: the driver lost the GPU under the rank, most often with an Xid the
+        # logs lack (rounds 89e: one rank of 176B's training, restarted fine without its node); the GPU's
+        "cuda_unknown_error", _G, _ROOT, r"CUDA error: unknown error", ("CUDA error",), True,
+        "CUDA error: unknown error (the driver lost the GPU)",
+        ("[default3]:  what():  CUDA error: unknown error",),
+    ),
+    Signature(  # ROCm's illegal memory access: a kernel touched memory it does not own (round 90c: a torch build for an
+        # older ROCm at its first collective). A bug in the stack unless the card's own errors say otherwise
+        "rocm_memory_access_fault", _F, _ROOT,
+        r"Memory access fault by GPU node-\d+ \(Agent handle: \S+\) on address \S+\. Reason: (?P<what>[^\n]+)",
+        ("Memory access fault",), None, "GPU memory access fault (ROCm): {what}",
+        ("Memory access fault by GPU node-4 (Agent handle: 0x6f1a2b0) on address 0x7ffe4c400000. Reason: Page not "
+         "present or supervisor privilege.",),
+    ),
+    Signature(  # the node's storage failed under a write: torch.save's writer lost its file, a FUSE mount (HDFS, S3,
+        # blobfuse) lost its daemon (rounds 88c); the node's, and a relaunch may well find it back
+        "storage_write_failed", _H, _ROOT,
+        r"(?:PytorchStreamWriter failed writing file \S+: file write failed|"
+        r"\[Errno 107\] Transport endpoint is not connected)",
+        ("file write failed", "Transport endpoint is not connected"), True,
+        "the node's storage failed under a write",
+        ("RuntimeError: [enforce fail at inline_container.cc:857] . PytorchStreamWriter failed writing file "
+         "data/322: file write failed", "OSError: [Errno 107] Transport endpoint is not connected"),
     ),
     Signature(  # `nvidia-smi -q`: a GPU slowed down because it runs too hot (round 88b: the one slow rank that held a
         # job of four nodes back); the card's or its cooling's, restartable without it
