@@ -241,8 +241,9 @@ def decide(f: Findings) -> Verdict:
     co = [c for c in causes if c.key == root.key and c.strength == root.strength]
     ranks = sorted({r for c in co for r in c.ranks} | set(hit_ranks))
     nodes_from_co = True
-    waited = {int(m.group(1)) for c in co if (m := _UNIQUE_ID_WAIT.search(c.evidence.text))}
-    if len(waited) == 1 and all(_UNIQUE_ID_WAIT.search(c.evidence.text) for c in co) and not waited & set(ranks):
+    waits = [_UNIQUE_ID_WAIT.search(c.evidence.text) for c in co]
+    waited = {int(m.group(1)) for m in waits if m}
+    if all(waits) and len(waited) == 1 and not waited & set(ranks):
         ranks, nodes_from_co = sorted(waited), False  # they all timed out waiting for that rank's NCCL id (90d)
     diverged = False  # the ranks' code took different paths into the hang: a restart replays it
     category = root.category

@@ -16,7 +16,7 @@ from nvrx_hpc.core.events import EventLog
 from nvrx_hpc.core.exit_codes import ExitCode
 from nvrx_hpc.launcher.policy import Attempt, NodeEvidence, Outcome
 from nvrx_hpc.slurm.api import SlurmBackend
-from nvrx_hpc.slurm.commands import srun_argv, without_spank_options
+from nvrx_hpc.slurm.commands import NVRX_PLUGIN, srun_argv, without_spank_options
 
 __all__ = [
     "HealthProbe", "quick_health", "EarlyProbe", "Capacity", "partition_capacity", "gather_evidence",
@@ -57,7 +57,7 @@ async def quick_health(node: str, env: dict[str, str], timeout: float = HEALTH_P
     loop = asyncio.get_running_loop()
     started = loop.time()
     proc = await asyncio.create_subprocess_exec(
-        *health_probe_argv(node), env=without_spank_options(env, "nvrx"), stdin=asyncio.subprocess.DEVNULL,
+        *health_probe_argv(node), env=without_spank_options(env, NVRX_PLUGIN), stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     try:

@@ -28,7 +28,7 @@ from nvrx_hpc.inprocess.rendezvous import refill_key
 from nvrx_hpc.inprocess.settings import ENV_SLOT_BASE
 from nvrx_hpc.launcher.step_layout import StepLayout
 from nvrx_hpc.launcher.steps import SrunStep, refill_step_argv
-from nvrx_hpc.slurm.commands import without_spank_options
+from nvrx_hpc.slurm.commands import NVRX_PLUGIN, without_spank_options
 
 __all__ = ["Refill", "StepGroup"]
 
@@ -96,7 +96,7 @@ class Refill:
         spec = dataclasses.replace(self.layout.spec, env={**self.layout.spec.env, ENV_SLOT_BASE: str(base)})
         name = f"nvrx-refill-{self.restart}"
         argv = refill_step_argv(spec, node, count, name, self.logs / f"step-{self.restart}.refill-{base}.log")
-        step = SrunStep(argv, {**without_spank_options(self.env, "nvrx"), ENV_SLOT_BASE: str(base)})
+        step = SrunStep(argv, {**without_spank_options(self.env, NVRX_PLUGIN), ENV_SLOT_BASE: str(base)})
         self._steps.append((node, step))
         slots = list(range(base, base + count))
         rc: int | None = None

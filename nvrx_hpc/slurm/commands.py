@@ -12,7 +12,9 @@ from nvrx_hpc.slurm.hostlist import compress
 from nvrx_hpc.slurm.parse_text import parse_show_config
 from nvrx_hpc.slurm.runner import CommandRunner, CompletedCommand
 
-__all__ = ["srun_argv", "srun_help", "submit_batch", "show_config", "without_spank_options"]
+__all__ = ["srun_argv", "srun_help", "submit_batch", "show_config", "without_spank_options", "NVRX_PLUGIN"]
+
+NVRX_PLUGIN = "nvrx"  # our SPANK plugin's name, as Slurm spells its options in the environment
 
 # Where an srun inside an allocation finds the SPANK options its job was submitted with: sbatch hands them to
 # the batch script's environment under these prefixes, and every srun there applies them to its step.

@@ -12,3 +12,10 @@ def write_run(tmp_path: Path, files: dict[str, list[str]]) -> Path:
         (run / name).parent.mkdir(parents=True, exist_ok=True)
         (run / name).write_text("\n".join(lines) + "\n")
     return run
+
+
+def verdict_of(tmp_path: Path, files: dict[str, list[str]]):
+    """The verdict attribution gives on a run directory holding `files`."""
+    from nvrx_hpc.attribution.analyze import analyze_run
+
+    return analyze_run(write_run(tmp_path, files)).verdict

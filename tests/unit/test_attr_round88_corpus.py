@@ -4,14 +4,9 @@ the driver wants reset, which refuses the rank on it as "busy"."""
 
 from __future__ import annotations
 
-from _attr_helpers import write_run
+from _attr_helpers import verdict_of as _verdict
 
-from nvrx_hpc.attribution.analyze import analyze_run
-from nvrx_hpc.attribution.api import Category, Verdict
-
-
-def _verdict(tmp_path, files: dict[str, list[str]]) -> Verdict:
-    return analyze_run(write_run(tmp_path, files)).verdict
+from nvrx_hpc.attribution.api import Category
 
 
 def _save_failed(rank: int, tail: list[str]) -> list[str]:

@@ -3,14 +3,9 @@ and the CUDA runtime's `unknown error` on one rank is its GPU's."""
 
 from __future__ import annotations
 
-from _attr_helpers import write_run
+from _attr_helpers import verdict_of as _verdict
 
-from nvrx_hpc.attribution.analyze import analyze_run
-from nvrx_hpc.attribution.api import Category, Verdict
-
-
-def _verdict(tmp_path, files: dict[str, list[str]]) -> Verdict:
-    return analyze_run(write_run(tmp_path, files)).verdict
+from nvrx_hpc.attribution.api import Category
 
 
 def test_a_kernel_line_quoted_by_an_alert_bot_is_its_hosts(tmp_path):

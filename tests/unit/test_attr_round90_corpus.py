@@ -4,14 +4,9 @@ fault, and Open MPI's TCP transport in its verbose wording."""
 
 from __future__ import annotations
 
-from _attr_helpers import write_run
+from _attr_helpers import verdict_of as _verdict
 
-from nvrx_hpc.attribution.analyze import analyze_run
-from nvrx_hpc.attribution.api import Category, Verdict
-
-
-def _verdict(tmp_path, files: dict[str, list[str]]) -> Verdict:
-    return analyze_run(write_run(tmp_path, files)).verdict
+from nvrx_hpc.attribution.api import Category
 
 
 def test_an_exception_hours_before_the_time_limit_is_the_cause(tmp_path):
