@@ -39,7 +39,7 @@ from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events
 from nvrx_hpc.attribution.launchers import exception_before_exit
 from nvrx_hpc.attribution.library_asserts import library_asserts
 from nvrx_hpc.attribution.lines import LineContext
-from nvrx_hpc.attribution.local_ranks import log_dir_ranks, mark_local_prefixes
+from nvrx_hpc.attribution.local_ranks import launched_worker_ranks, log_dir_ranks, mark_local_prefixes
 from nvrx_hpc.attribution.localise import (
     align_years,
     drop_recovered,
@@ -53,6 +53,7 @@ from nvrx_hpc.attribution.lost_node import place_lost_daemon
 from nvrx_hpc.attribution.node_ranks import shared_node_ranks
 from nvrx_hpc.attribution.one_host_file import place_by_one_host_file
 from nvrx_hpc.attribution.output_blocks import block_ranks
+from nvrx_hpc.attribution.pod_descriptions import place_in_descriptions, read_descriptions
 from nvrx_hpc.attribution.prompts import Session, place_by_prompts, read_prompts
 from nvrx_hpc.attribution.ray_actor import dead_actor_pids
 from nvrx_hpc.attribution.resources import DiskRow, shm_bus_errors
@@ -170,6 +171,7 @@ def _scan_logs(
             for container, host in session.containers.items():
                 aliases.setdefault(container, host)
             found = place_by_prompts(found, session.prompts, file_host=ctx.node, ranks=session.started)
+            found = place_in_descriptions(found, read_descriptions(path))
             at_prompts.update(host for _, host in session.prompts if host)
             for r, host in session.env_ranks.items():
                 rank_hosts.setdefault(r, host)
@@ -262,7 +264,7 @@ def analyze(
             ctx = LineContext(r.source, rank=r.rank, node=r.node, file_index=0)
             hits.extend(dataclasses.replace(h, time=h.time or r.time) for h in scanner.scan_text(r.traceback, ctx))
     dated += [t for t in (*(e.time for e in events), *(r.time for r in records)) if t]
-    hits = global_cgroup_tasks(align_years(log_dir_ranks(mark_local_prefixes(hits)), dated))
+    hits = global_cgroup_tasks(align_years(launched_worker_ranks(log_dir_ranks(mark_local_prefixes(hits))), dated))
     hits = traceback_ranks(place_by_exit_codes(spawn_ranks(block_ranks(file_proc_ranks(hits)))))
     hits = enrich(dead_actor_pids(hits))
     hits = exception_before_exit(hits)

@@ -41,6 +41,9 @@ def ranks_on_buses(
 ) -> list[int]:
     """Global ranks whose NCCL world communicator ran on one of `gpus` (Xid bus ids) on one of `nodes`."""
     buses = {b for g in gpus if (b := _xid_bus(g)) is not None}
+    hosts = {h.node for h in hits if h.node}
+    if not nodes and len(hosts) <= 1:
+        nodes = sorted(hosts) or [""]  # a one-host job whose fault line names no host (round 91e: nvidia-smi's)
     if not buses or not nodes:
         return []
     inits = [h for h in hits if h.signature == "nccl_comm_init" and h.fields.get("bus") and h.node in nodes]
@@ -59,7 +62,8 @@ def _ranks_on_indexes(
     """The one rank whose start-up line names the bus itself (`[rank 5] host=h device=cuda:1 pci=0000:65:00.0`), or
     the one whose `cuda:` index nvidia-smi lists at the bus; with no rank naming its device, the node's rank at that
     index in its block of consecutive ranks (a launcher gives local rank i the GPU i; round 40)."""
-    short = {n.split(".")[0] for n in nodes}
+    # on one node, a start-up line with no host of its own is that node's
+    short = {n.split(".")[0] for n in nodes} | ({""} if len(set(nodes)) == 1 else set())
     direct = {int(h.fields["drank"]) for h in hits if h.signature == "rank_device" and h.fields.get("pbus")
               and int(h.fields["pbus"], 16) in buses
               and (h.fields.get("dhost") or h.node or "").split(".")[0] in short}  # fmt: skip

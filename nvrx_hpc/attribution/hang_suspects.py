@@ -256,6 +256,14 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
         waited = max(seq for _r, seq, _e in members)
         behind |= {r for r, _s, enq in members if enq < waited}
     reporters = {r for r, _s, _e in progress}
+    ahead = reporters - behind
+    waiting = {r: seq for r, seq, enqueued in progress if seq >= 0 and seq == enqueued}  # timed out in its own call
+    if behind and ahead and len(ahead) * 3 <= len(behind) and None not in ahead and set(behind) <= set(waiting) \
+            and min(waiting.get(r, -1) for r in ahead) - max(waiting[r] for r in behind) >= 2:
+        # most reporters "behind" one that waits two calls or more further on, each in a call of its own (rank 0
+        # alone in a broadcast eight calls past the others' all-reduce, round 91a): that one went its own way, and
+        # the others wait on it; not ranks that never issued the call the rest wait in (round 88a)
+        return tuple(sorted(ahead)), "ahead"
     if behind and behind != reporters:
         return tuple(sorted(r for r in behind if r is not None)), "behind"
     lagging, how = _out_of_step(victims)

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.lines import parse_time, ranks_of, srun_label
 from nvrx_hpc.attribution.local_ranks import file_local_maps, label_node_ranks
+from nvrx_hpc.attribution.rank_blocks import launch_world
 from nvrx_hpc.attribution.signatures import NODE_LOST_SIGNATURES
 
 __all__ = ["exception_before_exit", "enrich", "name_victims", "name_oom_victims", "ds_mapping", "NOT_HOSTS", "is_host"]
@@ -153,6 +154,8 @@ def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok
     rank is not the rank)."""
     world = max((int(h.fields["world"]) for h in hits if h.signature == "nccl_comm_init"
                  and h.fields.get("world", "").isdigit()), default=0)  # fmt: skip
+    # a job whose every NCCL line is a tensor-parallel group's: torchrun's command gives the world (round 91e)
+    world = max((world, *map(launch_world, hits)))
     sure: dict[str, int] = {}
     local: dict[str, int] = {}
     on_host: dict[str, int] = {}  # "host:pid" -> global rank, where the line that pairs them names its host too

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.lines import torch_rank_prefixes
 
-__all__ = ["mark_local_prefixes", "file_local_maps", "label_node_ranks", "log_dir_ranks"]
+__all__ = ["mark_local_prefixes", "file_local_maps", "label_node_ranks", "log_dir_ranks", "launched_worker_ranks"]
 
 _ITEM = re.compile(r"(\d+)\s*(?:(?:\.\.|-)\s*(\d+))?")
 
@@ -160,5 +160,40 @@ def log_dir_ranks(hits: Sequence[Hit]) -> list[Hit]:
         if found is not None:
             node_rank, nproc, node = found
             h = dataclasses.replace(h, rank=node_rank * nproc + int(m.group("local")), node=h.node or node)
+        out.append(h)
+    return out
+
+
+_WORKER_DIED = re.compile(r"CalledProcessError: Command '\[[^\n]*?'--local_rank=(\d+)'[^\n]*?\]' "
+                          r"(?:died with|returned non-zero exit status)")
+
+
+def launched_worker_ranks(hits: Sequence[Hit]) -> list[Hit]:
+    """A file of one node's `torch.distributed.launch --nproc_per_node P --node_rank R` whose launcher raised for one
+    failed worker (`CalledProcessError: Command '[..., '--local_rank=L', ...]' died with ...`): the file's failure
+    lines that no global rank of that node claims are that worker's, global rank R*P+L, when no other worker's
+    traceback is there (round 91b: an ECC error
+    twenty lines above the launcher's exception, in a file that srun's task 5, the node's launcher, wrote)."""
+    died: dict[str, set[int]] = defaultdict(set)
+    launched: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for h in hits:
+        if "CalledProcessError" in h.text and (m := _WORKER_DIED.search(h.text)):
+            died[h.source].add(int(m.group(1)))
+        elif h.signature == "torchrun_cmd" and h.fields.get("node_rank"):
+            launched[h.source].add((int(h.fields["node_rank"]), int(h.fields["nproc"])))
+    tracebacks = Counter(h.source for h in hits if h.signature == "traceback_start")
+    # one worker's traceback beside the launcher's own: with more, other workers failed too (round 35a: all four
+    # of a node's workers missed a file, and the launcher raised for the last)
+    blocks = {source: (node_rank * nproc, nproc, node_rank * nproc + next(iter(local)))
+              for source, local in died.items() if len(local) == 1 and len(launched[source]) == 1
+              and tracebacks[source] <= 2
+              for node_rank, nproc in launched[source] if next(iter(local)) < nproc}  # fmt: skip
+    if not blocks:
+        return list(hits)
+    out = []
+    for h in hits:
+        first, nproc, rank = blocks.get(h.source, (0, 0, None))
+        if rank is not None and h.role is Role.ROOT and not (h.rank is not None and first <= h.rank < first + nproc):
+            h = dataclasses.replace(h, rank=rank)
         out.append(h)
     return out

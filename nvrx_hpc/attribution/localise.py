@@ -430,9 +430,11 @@ def rank_nodes(hits: Iterable[Hit], others: Iterable = ()) -> dict[int, str]:
     for item in others:
         if item.rank is not None and item.node and item.rank not in nodes:
             nodes[item.rank] = item.node
+    hits = list(hits)
+    launched = max(map(launch_world, hits), default=0)
     for h in hits:
-        if not h.node:
-            continue
+        if not h.node or h.signature == "nccl_comm_init" and int(h.fields.get("world") or 0) < launched:
+            continue  # a tensor-parallel group's communicator: its rank is not the global one (round 91e)
         if h.rank is not None:
             nodes.setdefault(h.rank, h.node)
         tasks = h.fields.get("tasks")

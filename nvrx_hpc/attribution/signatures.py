@@ -279,7 +279,8 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     Signature(
         "nan_loss", _M, _ROOT,
         r"(?:(?:loss|grad[ _]norm|Loss)[^\n|]{0,24}?(?::\s+|=)(?:nan|-?inf)\b|[Ll]oss (?:is )?(?:NaN|nan|Inf|inf)\b|"
-        r"found NaN in|Unexpected result nan(?: on rank (?P<culprit>\d+))?|non-finite (?:loss|gradient|value)|"
+        r"found (?:NaN|Inf) in|Unexpected result (?:nan|inf)(?: on rank (?P<culprit>\d+))?|"  # Inf too (91h)
+        r"non-finite (?:loss|gradient|value)|"
         r"[Ll]oss became (?:NaN|nan|inf|Inf)|"
         r"returned nan values|= (?:nan|-?inf) is not finite|loss scale already at minimum|"
         r"[Mm]inimum loss scale reached|[Tt]raining has diverged|\bNaN detected\b|"  # dinov2's check (round 53a)
@@ -288,9 +289,9 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"\(jitter = [\d.]+\)\s+(?:nan|-?inf)\b|"  # tf_cnn_benchmarks' loss column (Horovod's, round 45)
         r"probability tensor contains either `?inf`?, `?nan`? or element < 0|"  # sampling from NaN logits (61b)
         r"Skipping backward and optimizer step for nan or inf)",  # one rank skipped its step (78b): others wait
-        (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "non-finite",
-         "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged", "loss nan",
-         "loss inf", "  nan", "jitter = ", "loss scale to", "nan loss", "NaN loss", "inf loss", "Inf loss",
+        (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "result inf", "found Inf",
+         "non-finite", "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged",
+         "loss nan", "loss inf", "  nan", "jitter = ", "loss scale to", "nan loss", "NaN loss", "inf loss", "Inf loss",
          "probability tensor", "loss is nan", "loss is inf", "step for nan or inf"),
         # torchtitan pads its metrics: `loss:     nan` (round 42), hence "  nan"
         False, "loss or gradients became NaN/Inf",
@@ -488,7 +489,7 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
 # A whole node went (Slurm's node failure, Ray's dead node, a lost agent or daemon): its ranks, not one of them.
 NODE_LOST_SIGNATURES = frozenset({"node_failure", "slurm.node_fail", "ray_node_dead", "determined_agent_lost",
                                   "pdsh_remote_not_found", "mpi_daemon_lost", "host_crashed", "pals_node_no_reply",
-                                  "pals_node_app_lost"})
+                                  "pals_node_app_lost", "k8s_node_not_ready", "elastic_dead_node"})
 VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "watchdog_dump_progress",
                      "heartbeat_stuck",
                      "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout",

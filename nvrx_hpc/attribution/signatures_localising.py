@@ -288,7 +288,7 @@ LOCALISING: tuple[Signature, ...] = (
         "rank_device", _D, _CTX,
         r"(?<![\w-])(?:global_)?rank[ =:]\s*(?P<drank>\d{1,6})\b(?:[^\n]{0,80}?\bhost(?:name)?[=:] ?"
         r"(?P<dhost>[A-Za-z][\w.-]*))?[^\n]{0,160}?\bcuda:(?P<device>\d{1,2})\b"
-        r"(?:[^\n]{0,80}?\bpci(?:_bus_id)?[=:] ?(?:0{4}){1,2}:(?P<pbus>[0-9A-Fa-f]{2}):)?",
+        r"(?:[^\n]{0,80}?\bpci(?:_bus_id)?[=: ] ?(?:0{4}){1,2}:(?P<pbus>[0-9A-Fa-f]{2}):)?",
         ("cuda:",), None, "rank {drank} on cuda:{device}",
         ("torch.distributed: rank 1/4, local_rank 1, backend nccl (+gloo for cpu sync), device cuda:1",
          "[rank 5] host=ailcm-ai2 device=cuda:1 pci=0000:65:00.0"),

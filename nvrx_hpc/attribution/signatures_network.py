@@ -61,6 +61,15 @@ NETWORK: tuple[Signature, ...] = (
          "n3:812:930 [2] NCCL WARN NET/IB: Got completion from peer 10.0.0.7<40213> with status=Work Request Flushed "
          "Error(5) opcode=Recv(128) vendor_err=244 localGid ::ffff:10.0.0.3 remoteGidsfe80::7 hca mlx5_0"),
     ),
+    Signature(  # a completion status the local adapter raised (1 length, 2 queue-pair operation, 4 protection, 8
+        # access: ibv_wc_status): the reporting host's own memory registration or GPUDirect path, not the peer it
+        # names, which reports only retries exceeded (round 91d); its set-up, met again on a rerun
+        "nccl_ib_local_error", _N, _ROOT,
+        _IB_COMPLETION + r"(?P<status>[1248])\b(?!\d)",
+        ("NET/IB",), False, "InfiniBand local completion error (status {status}) on this host's adapter",
+        ("gn-h2-05:402823:402901 [6] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+         "10.60.18.6<51233> with status=4 opcode=0 len=0 vendor err 81 (Recv)",),
+    ),
     Signature(
         "nccl_ib_completion", _N, _ROOT,
         _IB_COMPLETION + r"(?P<status>\d+)",
@@ -171,6 +180,24 @@ NETWORK: tuple[Signature, ...] = (
         ("[dgx-b03][[52817,1],1][btl_tcp_endpoint.c:796:mca_btl_tcp_endpoint_complete_connect] connect() to "
          "192.168.122.1 failed: No route to host (113)",
          "[hpc-c01:20431] btl: tcp: connect() to 10.12.0.42:1024 failed: No route to host (113)"),
+    ),
+    Signature(  # two ranks of one job chose different point-to-point layers (one found its UCX/IB device, one did
+        # not), so MPI_Init cannot connect them (round 90g): the rank that prints it fell back; a rerun usually picks
+        # the same layer everywhere
+        "mpi_pml_mismatch", _N, _ROOT,
+        r"selected pml (?P<mine>\w+), but peer \[\[[\d,]+\],\d+\] on (?P<peer>[A-Za-z][\w.-]*) "
+        r"selected pml (?P<theirs>\w+)",
+        ("selected pml",), True,
+        "MPI_Init failed: this rank chose the {mine} transport layer and a peer on {peer} chose {theirs}",
+        ("[cn0412:48213] [[51277,1],2] selected pml ob1, but peer [[51277,1],0] on cn0412 selected pml ucx",),
+    ),
+    Signature(  # Cray MPICH's libfabric completion queue returned an error (Slingshot's cxi provider: a message that
+        # could not be delivered, round 91g): the fabric under the rank that reports it; HPE's advice is to rerun
+        "mpich_ofi_cq_error", _N, _ROOT,
+        r"MPIDI_OFI_handle_cq_error\(\d+\): OFI poll failed \([^)\n]*?- (?P<what>[A-Z_]+)\)",
+        ("OFI poll failed",), True, "Cray MPICH's fabric completion failed ({what})",
+        ("MPIDI_OFI_handle_cq_error(1062): OFI poll failed (ofi_events.c:1064:MPIDI_OFI_handle_cq_error:Input/output "
+         "error - UNDELIVERABLE)",),
     ),
     Signature(  # the OFI plugin cannot reach a peer's EFA address at all (a security group, a subnet), round 34
         "ofi_address_insert", _N, _ROOT, r"NET/OFI Unable to insert remote address", ("NET/OFI",), True,

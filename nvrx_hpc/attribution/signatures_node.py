@@ -16,6 +16,36 @@ _G, _H, _F = Category.GPU_HARDWARE, Category.HOST, Category.FRAMEWORK_CRASH
 _ROOT, _CTX = Role.ROOT, Role.CONTEXT
 
 NODE: tuple[Signature, ...] = (
+    Signature(  # Blackwell's NVLink units (137, 144-150; 149 is taken by the NVLink signature below): a link's error
+        # that the driver does not call `Nonfatal` (round 91e); the non-fatal ones beside a GPU's fatal error are noise
+        "xid_nvlink", _G, _ROOT,
+        r"NVRM: Xid \((?:PCI:)?(?P<gpu>[0-9A-Fa-f:.]+)\): (?P<xid>137|14[4-8]|150)\b(?![^\n]*Nonfatal)(?P<rest>.*)",
+        ("Xid",), True, "Xid {xid} (NVLink) on GPU {gpu}",
+        ("[1187942.010000] NVRM: Xid (PCI:0000:1b:00): 137, RLW_RXPIPE interrupt hit on link 11 on GPU0: PRIV Error",),
+    ),
+    Signature(  # Kubernetes' node controller lost the kubelet of a node (a host error, maintenance, a crash) or saw it
+        # come back rebooted: the node was lost under the job's pod (round 91c)
+        "k8s_node_not_ready", _H, _ROOT,
+        r"\b[Nn]ode[ /](?P<failed>[A-Za-z][\w.-]*) (?:status is now: NodeNotReady|has been rebooted)\b",
+        ("NodeNotReady", "has been rebooted"), True, "Kubernetes lost the node {node} (not ready or rebooted)",
+        ("52m  Warning  NodeNotReady  node/gke-a100-pool-wv8s  Node gke-a100-pool-wv8s status is now: NodeNotReady",),
+    ),
+    Signature(  # torchrun's rendezvous found a member's keep-alive gone: that agent's host died or was cut off
+        # (round 91f); the member is `<host>_<pid>_<n>`
+        "elastic_dead_node", _H, _ROOT, r"Detected dead node '(?P<failed>[A-Za-z][\w.-]*?)_\d+_\d+'",
+        ("Detected dead node",), True, "torchrun's rendezvous lost the agent on {node}",
+        ("[2023-11-14 09:05:04,993] torch.distributed.elastic.rendezvous.dynamic_rendezvous: [DEBUG] Detected dead "
+         "node 'gpu-a07_90417_0', removing it from the rendezvous",),
+    ),
+    Signature(  # the dynamic loader refusing a program (an MPI daemon, a launcher, a tool) for a library that one
+        # host's installation or environment lacks (round 90g: orted on the third host without libcudart); the same
+        # launch fails again until the host is fixed
+        "shared_library_missing", _H, _ROOT,
+        r"error while loading shared libraries: (?P<lib>[^\s:]+): cannot open shared object file",
+        ("error while loading shared libraries",), False, "a program could not start: {lib} is missing on its host",
+        ("/usr/local/openmpi-4.0.3/bin/orted: error while loading shared libraries: libcudart.so.10.1: cannot open "
+         "shared object file: No such file or directory",),
+    ),
     Signature(  # the node's amdgpu firmware missing: its install, not its cards (`Fatal error during GPU init` follows)
         "amdgpu_firmware_missing", _H, _ROOT, r"Direct firmware load for amdgpu/\S+ failed with error",
         ("Direct firmware load",), False, "the node's amdgpu firmware is missing",

@@ -341,7 +341,8 @@ def decide(f: Findings) -> Verdict:
     if dead is not None:  # a rank killed before its peers' network errors: they are its echo (dead_peer.py)
         category, ranks, nodes, gpus = Category.UNKNOWN, [dead.rank], [dead.node] if dead.node else [], []
         found_by = f"; rank {dead.rank} was killed ({dead.signal}) before these errors, which are its echo"
-    elif category is Category.NETWORK and root.kind == "log" and (names_peer(root.evidence.text) or peerless(root)):
+    elif category is Category.NETWORK and root.kind == "log" and root.signature != "nccl_ib_local_error" \
+            and (names_peer(root.evidence.text) or peerless(root)):
         # Several hosts report errors talking to a peer: the peer most of them name, not the reporters
         # (a root that is a host's own link going down stays that host's).
         peer = peer_suspect(f.hits, rank_nodes, f.addr_hosts)
