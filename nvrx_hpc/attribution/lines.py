@@ -119,6 +119,7 @@ _RAY_ACTOR = re.compile(
 # A Ray actor's prefix without its address (`(WorkerDict pid=869405) ml-a100-07:869405:870211 [2] NCCL WARN`, round
 # 85e): NCCL's own prefix after it names the host
 _ACTOR_PREFIX = re.compile(r"^\([\w-]+(?:,? \w+=[\w.:-]+)+\) ")
+_INDEX_PREFIX = re.compile(r"^\[\d{1,6}\] ")  # a launcher's `[56] ` before NCCL's own prefix (round 92c)
 # Open MPI's own lines about one process: `[h06c0901:07661] Signal: Segmentation fault (11)`
 # UCX's own: `[h:pid:0:tid]`, and after its timestamp `[1530172089.514402] [h:pid:0]` (rounds 37, 38)
 _OMPI_PROCESS = re.compile(r"^(?:\[\d+\.\d+\] +)?\[(?P<host>[A-Za-z][\w.-]*):(?P<pid>\d+)(?::\d+(?::\d+)?)?\] ")
@@ -412,7 +413,8 @@ def classify_line(
     stepd = _STEPD_HOST.search(text)
     node = node or (where.group("host") if where else None) or (stepd.group("host") if stepd else None)
     nccl = (_NCCL_PREFIX.match(text) or _NCCL_PREFIX.match(_TEE.sub("", body, count=1))  # after a launcher's prefix
-            or _NCCL_PREFIX.match(_ACTOR_PREFIX.sub("", body, count=1)))
+            or _NCCL_PREFIX.match(_ACTOR_PREFIX.sub("", body, count=1))
+            or _NCCL_PREFIX.match(_INDEX_PREFIX.sub("", body, count=1)))
     if prefix_node and prefix_node[0].isdigit() and nccl:
         prefix_node = nccl.group("host")  # pdsh's address prefix: NCCL's own prefix names the host
     if prefix_node and not head_node and (quoted := _QUOTED_KERNEL.search(text)):

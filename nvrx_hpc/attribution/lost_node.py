@@ -77,7 +77,8 @@ def ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: Mapping[i
     return sorted(left)
 
 
-_TAKEN = ("cloud_preempted", "k8s_preempted", "k8s_pod_deleted")  # a VM the cloud took back, a pod evicted or deleted
+# a VM the cloud took back, a pod evicted or deleted
+_TAKEN = ("cloud_preempted", "gce_operation_preempted", "k8s_preempted", "k8s_pod_deleted")
 
 
 def taken_vm(

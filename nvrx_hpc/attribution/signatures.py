@@ -18,6 +18,7 @@ from nvrx_hpc.attribution.signatures_localising import LOCALISING
 from nvrx_hpc.attribution.signatures_native import NATIVE
 from nvrx_hpc.attribution.signatures_network import NETWORK
 from nvrx_hpc.attribution.signatures_node import NODE
+from nvrx_hpc.attribution.signatures_scheduler import SCHEDULER
 from nvrx_hpc.attribution.signatures_teardown import TEARDOWN
 
 __all__ = ["Signature", "CATALOG", "catalog_by_id", "XID_HARDWARE", "XID_APPLICATION",
@@ -37,7 +38,6 @@ def _xids(codes: tuple[int, ...]) -> str:
 
 
 _XID_HEAD = r"NVRM: Xid \((?:PCI:)?(?P<gpu>[0-9A-Fa-f:.]+)\): "
-_SLURM_CANCEL = r"\*\*\* (?:JOB|STEP) (?P<job>[\d.]+(?:\.\w+)?) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
 
 CATALOG: tuple[Signature, ...] = NATIVE + (
     # ---- GPU hardware -------------------------------------------------------------------------
@@ -193,96 +193,17 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("No space left", "quota exceeded"), False, "disk full or quota exceeded",
         ("OSError: [Errno 28] No space left on device: '/ckpt/step-100'",),
     ),
-    # ---- scheduler ------------------------------------------------------------------------------
-    Signature(
-        "slurm_time_limit", _S, _ROOT, rf"{_SLURM_CANCEL} DUE TO TIME LIMIT", ("TIME LIMIT",), True,
-        "job hit its Slurm time limit",
-        ("slurmstepd: error: *** JOB 494583 ON n1 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***",),
-    ),
-    Signature(  # `#SBATCH --signal=USR1@600` warns the job before its limit; a launcher that does not catch it dies of
-        # it, and srun reports each task ended by the signal (round 52a): the scheduler ended the job, early
-        "slurm_warning_signal", _S, _ROOT, r"srun: error: (?P<node>[\w.-]+): tasks? (?P<tasks>[\d,-]+): User defined "
-        r"signal [12]\b", ("User defined signal",), True,
-        "Slurm's warning signal (--signal=USR1) ended the job's tasks before its time limit",
-        ("srun: error: gpu-c14: task 2: User defined signal 1",),
-    ),
-    Signature(  # PBS's record of a job deleted for a higher queue's (`qstat -xf` comment, round 57a)
-        "pbs_preempted", _S, _ROOT, r"\bwas deleted: preempted by job\b", ("preempted by job",), True,
-        "PBS preempted the job for another queue's",
-        ("    comment = Job run at Mon Jun 10 at 23:58 on (x3102c0s1b0n0:ncpus=64)+... and was deleted: preempted "
-         "by job in queue demand",),
-    ),
-    Signature(  # a node Slurm drained because its prolog failed there (`sinfo -R`): the job was requeued off it
-        # (round 57a); one node's, restartable on others
-        "slurm_node_prolog_error", _S, _ROOT,
-        r"(?:^Prolog error\s+\S+\s+\S+\s+(?P<node>[A-Za-z][\w.-]*)\s*$|"
-        r"^(?P<failed>[A-Za-z][\w.-]*)\s+drain(?:ed|ing)?\s+Prolog error\s*$)",
-        ("Prolog error",), True, "Slurm drained {node} because its prolog failed there",
-        ("Prolog error         root      2023-10-24T09:13:02 nvh-027", "nvh-027 drained Prolog error"),
-    ),
-    Signature(
-        "slurm_preempted", _S, _ROOT, rf"{_SLURM_CANCEL} DUE TO (?:PREEMPTION|JOB REQUEUE)", ("PREEMPTION", "REQUEUE"),
-        True, "job was preempted or requeued",
-        ("slurmstepd: error: *** JOB 77 ON n2 CANCELLED AT 2024-04-20T09:09:37 DUE TO PREEMPTION ***",
-         "slurmstepd: error: *** JOB 60814 ON n2 CANCELLED AT 2022-08-12T02:06:12 DUE TO JOB REQUEUE ***"),
-    ),
-    Signature(  # a cloud taking back a spot/preemptible VM (GCP's metadata notice, AWS's interruption), round 34
-        "cloud_preempted", _S, _ROOT,
-        r"(?:termination is imminent|spot[- ]termination|[Ss]pot [Ii]nstance interruption|[Ii]nstance was preempted|"
-        r"[Tt]he cluster is preempted|"  # SkyPilot's managed spot controller (round 42)
-        r"^i-[0-9a-f]+\s+(?P<node>[A-Za-z][\w-]*)\S*\s.*\bServer\.SpotInstanceTermination|"  # EC2's state reason
-        # a host's row (round 53b), or GCE's operations list naming the instance it preempted (round 61b)
-        r"^(?:systemevent-\S+\s+)?(?P<failed>[A-Za-z][\w-]*)\S*\s+(?:\w+\s+Server\.SpotInstanceTermination|"
-        r"compute\.instances\.preempted\b)|"
-        r"Server\.SpotInstanceTermination|Spot Instance terminated due to|instance-terminated-(?:no-capa|by-pr))",
-        ("imminent", "termination", "interruption", "preempted", "Termination", "terminated"), True,
-        "the cloud took the instance back (spot)",
-        ("start-worker 2025/02/10 20:07:14 GCP Metadata Service says termination is imminent",),
-    ),
-    Signature(  # Kubernetes' scheduler evicting a pod for a higher-priority one (its event names the node), a gang
-        # scheduler's `Preempted by scheduler` (round 64a)
-        "k8s_preempted", _S, _ROOT,
-        # the scheduler's own event names the preemptor by uid (`Preempted by pod 4e1a9c07-... on node X`, round 82)
-        r"\bPreempted by (?:(?:a pod|pod [\w-]+|(?:[\w.-]+/)?[\w.-]+) on node (?P<failed>[A-Za-z][\w.-]*)|scheduler\b)",
-        ("Preempted by",), True, "the cluster's scheduler preempted a pod of the job",
-        ("49s  Normal  Preempted  pod/train-worker-2  Preempted by infer/realtime-6d9f on node gpu-a10-pool-7c9qk",),
-    ),
-    Signature(  # someone deleted a pod of the running job (`kubectl delete pod`): its peers lose it (rounds 82f, 84b)
-        "k8s_pod_deleted", _S, _ROOT, r'^pod "(?P<failed>[a-z0-9][\w.-]*)" deleted\b',
-        ('" deleted',), True, "a pod of the job was deleted",
-        ('pod "resnet-elastic-worker-1" deleted',),
-    ),
-    Signature(  # an admin cordoned or drained the node for maintenance: its pods are deleted under the job (86c)
-        "k8s_node_drained", _S, _ROOT,
-        r"\b[Nn]ode[ /](?P<failed>[A-Za-z][\w.-]*) (?:status is now: NodeNotSchedulable|cordoned|drained)\b",
-        ("NodeNotSchedulable", "cordoned", "drained"), True, "the node was cordoned or drained under the job",
-        ("16m  Normal  NodeNotSchedulable  node/gn-h20-0417  Node gn-h20-0417 status is now: NodeNotSchedulable",),
-    ),
-    Signature(  # the kubelet evicting pods when its node runs short of memory or disk: it evicts first the pods that
-        # use more than they requested, so the job's own demand did it (round 74d); its node events name the node
-        "k8s_evicted", _H, _ROOT,
-        # a pod over its ephemeral-storage limit (a checkpoint written to the container's disk, round 86a)
-        r"(?:The node was low on resource: \w[\w-]*|Pod ephemeral local storage usage exceeds|"
-        r"\b(?:EvictionThresholdMet|NodeHasInsufficientMemory|"
-        r"NodeHasDiskPressure)\s+node/(?P<node>[A-Za-z][\w.-]*))",
-        ("low on resource", "node/", "ephemeral local storage"), False,
-        "Kubernetes evicted the job's pod: it or its node ran short of memory or disk",
-        ("2m  Warning  Evicted  pod/train-0  The node was low on resource: memory. Container main was using "
-         "49837196Ki, which exceeds its request of 1Gi.",),
-    ),
-    Signature(  # weak: srun cancels the step itself when a task dies; a cancel is a cause only alone
-        "slurm_cancelled", _S, _WEAK, rf"{_SLURM_CANCEL}(?: DUE TO (?P<why>[A-Za-z_ ]+?))? \*\*\*",
-        ("CANCELLED AT",), False, "job was cancelled",
-        ("slurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2024-04-20T09:09:37 ***",),
-    ),
+    # ---- scheduler: signatures_scheduler.py ----------------------------------------------------------
+) + SCHEDULER + (
     # ---- numerical (before any exception: the assertion that carries it is not the point) ---------
     Signature(
         "nan_loss", _M, _ROOT,
-        r"(?:(?:loss|grad[ _]norm|Loss)[^\n|]{0,24}?(?::\s+|=)(?:nan|-?inf)\b|[Ll]oss (?:is )?(?:NaN|nan|Inf|inf)\b|"
+        r"(?:(?<!best_)(?<!best_train_)(?<!best_valid_)"  # a best-so-far loss starts at inf (round 92h)
+        r"(?:loss|grad[ _]norm|Loss)[^\n|]{0,24}?(?::\s+|=)(?:nan|-?inf)\b|[Ll]oss (?:is )?(?:NaN|nan|Inf|inf)\b|"
         r"found (?:NaN|Inf) in|Unexpected result (?:nan|inf)(?: on rank (?P<culprit>\d+))?|"  # Inf too (91h)
         r"non-finite (?:loss|gradient|value)|"
         r"[Ll]oss became (?:NaN|nan|inf|Inf)|"
-        r"returned nan values|= (?:nan|-?inf) is not finite|loss scale already at minimum|"
+        r"returned nan values|= (?:nan|-?inf) is not finite|loss scale already at minimum|gradient scale is too small|"
         r"[Mm]inimum loss scale reached|[Tt]raining has diverged|\bNaN detected\b|"  # dinov2's check (round 53a)
         r"\b(?:nan|NaN|inf|Inf) loss (?:encountered|detected)|"  # OLMo's `ValueError: nan loss encountered` (57b)
         r"reducing loss scale to (?:0\.0\b|[\d.]+e-\d\d)|"  # apex's scale gone to nothing (round 52a)
@@ -291,8 +212,8 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"Skipping backward and optimizer step for nan or inf)",  # one rank skipped its step (78b): others wait
         (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "result inf", "found Inf",
          "non-finite", "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged",
-         "loss nan", "loss inf", "  nan", "jitter = ", "loss scale to", "nan loss", "NaN loss", "inf loss", "Inf loss",
-         "probability tensor", "loss is nan", "loss is inf", "step for nan or inf"),
+         "loss nan", "loss inf", "  nan", "scale is too small", "jitter = ", "loss scale to", "nan loss", "NaN loss",
+         "inf loss", "Inf loss", "probability tensor", "loss is nan", "loss is inf", "step for nan or inf"),
         # torchtitan pads its metrics: `loss:     nan` (round 42), hence "  nan"
         False, "loss or gradients became NaN/Inf",
         (" iteration 120/1000 | lm loss: nan | grad norm: nan |",
@@ -491,8 +412,7 @@ NODE_LOST_SIGNATURES = frozenset({"node_failure", "slurm.node_fail", "ray_node_d
                                   "pdsh_remote_not_found", "mpi_daemon_lost", "host_crashed", "pals_node_no_reply",
                                   "pals_node_app_lost", "k8s_node_not_ready", "elastic_dead_node"})
 VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "watchdog_dump_progress",
-                     "heartbeat_stuck",
-                     "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout",
+                     "heartbeat_stuck", "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout",
                      "horovod_stall", "collective_desync")
 
 

@@ -132,4 +132,14 @@ NATIVE: tuple[Signature, ...] = (
          "THCudaCheck FAIL file=/opt/pytorch/aten/src/THC/THCCachingHostAllocator.cpp line=278 error=700 : an illegal "
          "memory access was encountered"),
     ),
+    Signature(  # glibc's assert() failing in a library's C++ source (`python: .../torch/csrc/autograd/input_buffer.cpp:
+        # 14: void torch::autograd::InputBuffer::add(...): Assertion `pos >= 0' failed.`): the framework's own check
+        # aborts the process (round 92f); a CUDA kernel's device-side assert is quoted with two backticks, not this
+        "native_assert", _F, _ROOT,
+        r"(?P<file>[\w./+-]+\.(?:cpp|cc|cxx|cu|cuh|c|h|hpp)):\d+: [^\n]*?: Assertion `[^\n]*' failed",
+        ("Assertion `",), True, "a C++ assertion inside {file} failed",
+        ("python: /opt/conda/conda-bld/pytorch_1533672544752/work/torch/csrc/autograd/input_buffer.cpp:14: void "
+         "torch::autograd::InputBuffer::add(size_t, torch::autograd::Variable): Assertion `pos >= 0 && pos < "
+         "buffer.size()' failed.",),
+    ),
 )

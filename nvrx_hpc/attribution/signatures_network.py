@@ -251,6 +251,14 @@ NETWORK: tuple[Signature, ...] = (
         ("Could not resolve hostname",), True, "the launcher could not resolve {node}'s name",
         ("ssh: Could not resolve hostname seg-hvd-mpiworker-5.seg-hvd: Name or service not known",),
     ),
+    Signature(  # torchrun told `--master_addr` with the c10d backend and no `--rdzv_endpoint`: it ignores the address
+        # and each node meets at its own localhost, so a multi-node rendezvous times out (round 91f): the launch
+        # command's mistake. Weak: on one node the same warning precedes a run that works
+        "master_addr_ignored", _A, _WEAK,
+        r"master_addr is only used for static rdzv_backend and when rdzv_endpoint is not specified",
+        ("master_addr is only used",), False, "torchrun ignored --master_addr (c10d rendezvous without an endpoint)",
+        ("master_addr is only used for static rdzv_backend and when rdzv_endpoint is not specified.",),
+    ),
     Signature(
         "store_failure", _N, _WEAK,
         r"(?:RendezvousTimeoutError|RendezvousClosedError|DistStoreError|TCPStore[^\n]*(?:Connection reset|"

@@ -12,10 +12,27 @@ from nvrx_hpc.attribution.signature_record import Signature
 
 __all__ = ["NODE"]
 
-_G, _H, _F = Category.GPU_HARDWARE, Category.HOST, Category.FRAMEWORK_CRASH
+_G, _H, _F, _S = Category.GPU_HARDWARE, Category.HOST, Category.FRAMEWORK_CRASH, Category.SCHEDULER
 _ROOT, _CTX = Role.ROOT, Role.CONTEXT
 
 NODE: tuple[Signature, ...] = (
+    Signature(  # torch's shared-memory tensors could not be mapped (`unable to mmap 16777216 bytes from file
+        # </torch_88412_...>: Cannot allocate memory (12)`): the host's memory-map limit or its /dev/shm, not the
+        # code (round 92d: one node's vm.max_map_count left at its default); met again on that host
+        "torch_mmap_enomem", _H, _ROOT,
+        r"unable to mmap \d+ bytes from file <[^>\n]*>: Cannot allocate memory \(12\)",
+        ("unable to mmap",), False, "the host could not map shared memory for a tensor (its map limit or /dev/shm)",
+        ("RuntimeError: unable to mmap 16777216 bytes from file </torch_88412_2017443619_61209>: Cannot allocate "
+         "memory (12)",),
+    ),
+    Signature(  # GCE's operations list whose TARGET column names the instance (`systemevent-...  compute.instances.
+        # preempted  us-central1-a/instances/gce-a100-spot-1`, round 92g); before the cloud's own preemption signature
+        "gce_operation_preempted", _S, _ROOT,
+        r"^systemevent-\S+\s+compute\.instances\.preempted\s+\S*?instances/(?P<failed>[A-Za-z][\w-]*)",
+        ("compute.instances.preempted",), True, "the cloud took the instance back (spot)",
+        ("systemevent-1717388247118-61a0e3f2c4d18  compute.instances.preempted  us-central1-a/instances/gce-spot-1  "
+         "200  DONE",),
+    ),
     Signature(  # Blackwell's NVLink units (137, 144-150; 149 is taken by the NVLink signature below): a link's error
         # that the driver does not call `Nonfatal` (round 91e); the non-fatal ones beside a GPU's fatal error are noise
         "xid_nvlink", _G, _ROOT,

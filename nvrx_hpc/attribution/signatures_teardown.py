@@ -138,7 +138,9 @@ TEARDOWN: tuple[Signature, ...] = (
     Signature(
         "python_exception", _A, _ROOT,
         # (StopIteration: the one built-in a training step raises whose name says neither, round 74a)
-        r"^(?:\[rank\d+\]: ?)?(?P<exc>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)|StopIteration): "
+        # (a module's own bare `Error` class counts with its module path: `wandb.errors.Error: ...`, round 92a)
+        r"^(?:\[rank\d+\]: ?)?(?P<exc>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)|"
+        r"(?:[A-Za-z_]\w*\.)+(?:Error|Exception)|StopIteration): "
         r"(?P<msg>.*)",
         ("Error: ", "Exception: ", "Interrupt: ", "StopIteration: "), False, "{exc}: {msg}",
         ("ValueError: shape mismatch: expected [4, 8], got [4, 9]",),

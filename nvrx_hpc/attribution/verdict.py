@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from nvrx_hpc.attribution.aliases import short_hosts
@@ -24,6 +24,7 @@ from nvrx_hpc.attribution.api import (
     Culprit,
     Evidence,
     Hit,
+    Role,
     TimelineEvent,
     Verdict,
 )
@@ -216,6 +217,17 @@ def _beyond_one_node(ranks: Sequence[int], universe: set[int], f: Findings) -> b
     return len(hosts) >= 2 and bool(universe) and len(set(ranks)) > len(universe) / len(hosts)
 
 
+def _one_node_of_several(ranks: Sequence[int], rank_nodes: Mapping[int, str], f: Findings) -> bool:
+    """Whether the rank map places all `ranks` on one node while ranks of other nodes are heard failing otherwise
+    (their timeouts, their teardown): a NaN only that node's GPUs computed is that node's (round 92e), not the run's.
+    A log of one node alone says nothing of the others (round 60)."""
+    on = {rank_nodes.get(r) for r in ranks}
+    if len(on) != 1 or None in on:
+        return False
+    return any(h.rank is not None and h.role is not Role.CONTEXT and rank_nodes.get(h.rank) not in (None, *on)
+               for h in f.hits)
+
+
 def decide(f: Findings) -> Verdict:
     """The verdict over `f` (see the module docstring for the rules)."""
     record_time = {r.rank: r.time for r in f.records if r.rank is not None and r.time is not None}
@@ -384,7 +396,7 @@ def decide(f: Findings) -> Verdict:
         # NaN (or CUDA OOM) on several nodes: the run diverged (the model does not fit), no one GPU did it; one rank's
         # on two (a rerun) follows its shard
         ranks, nodes, gpus = ranks if len(ranks) == 1 and len(nodes) >= 2 else [], [], []
-    elif category is Category.NUMERICAL and len(ranks) >= 2:
+    elif category is Category.NUMERICAL and len(ranks) >= 2 and not _one_node_of_several(ranks, rank_nodes, f):
         ranks, nodes, gpus = [], [], []  # several ranks' loss went bad together: the run diverged, no GPU did it
     if category is Category.SCHEDULER:  # a time limit or a cancel is the job's; a cloud may take back one VM
         (nodes, ranks), gpus = taken_vm(root.signature, nodes, universe | set(rank_nodes), rank_nodes), []
@@ -409,7 +421,9 @@ def decide(f: Findings) -> Verdict:
     # a node named by its address is the host the logs pair that address with (Ray's `ip:`, round 14b)
     nodes, gpus = short_hosts([f.addr_hosts.get(n, n) for n in nodes]), short_hosts(gpus)
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
-    if category in (Category.APPLICATION, Category.NUMERICAL):
+    if category is Category.NUMERICAL and len(ranks) >= 2 and _one_node_of_several(ranks, rank_nodes, f):
+        restartable = True  # several GPUs of one node computed NaN and no other node's did: without it, it may not
+    elif category in (Category.APPLICATION, Category.NUMERICAL):
         restartable = False  # the workload's own failure comes back on any node
     elif category is Category.UNKNOWN:
         restartable = True
