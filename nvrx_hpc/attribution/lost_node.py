@@ -78,7 +78,7 @@ def ranks_of_lost_node(lost: set[str], universe: set[int], rank_nodes: Mapping[i
 
 
 # a VM the cloud took back, a pod evicted or deleted
-_TAKEN = ("cloud_preempted", "gce_operation_preempted", "k8s_preempted", "k8s_pod_deleted")
+_TAKEN = ("cloud_preempted", "gce_operation_preempted", "azureml_preempted", "k8s_preempted", "k8s_pod_deleted")
 
 
 def taken_vm(

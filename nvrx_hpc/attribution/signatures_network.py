@@ -253,8 +253,9 @@ NETWORK: tuple[Signature, ...] = (
     ),
     Signature(  # torchrun told `--master_addr` with the c10d backend and no `--rdzv_endpoint`: it ignores the address
         # and each node meets at its own localhost, so a multi-node rendezvous times out (round 91f): the launch
-        # command's mistake. Weak: on one node the same warning precedes a run that works
-        "master_addr_ignored", _A, _WEAK,
+        # command's mistake, when the rendezvous then fails (verdict.py); a run that got going says nothing of it
+        # (round 92g)
+        "master_addr_ignored", _A, Role.CONTEXT,
         r"master_addr is only used for static rdzv_backend and when rdzv_endpoint is not specified",
         ("master_addr is only used",), False, "torchrun ignored --master_addr (c10d rendezvous without an endpoint)",
         ("master_addr is only used for static rdzv_backend and when rdzv_endpoint is not specified.",),

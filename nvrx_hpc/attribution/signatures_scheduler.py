@@ -49,6 +49,14 @@ SCHEDULER: tuple[Signature, ...] = (
         ("slurmstepd: error: *** JOB 77 ON n2 CANCELLED AT 2024-04-20T09:09:37 DUE TO PREEMPTION ***",
          "slurmstepd: error: *** JOB 60814 ON n2 CANCELLED AT 2022-08-12T02:06:12 DUE TO JOB REQUEUE ***"),
     ),
+    Signature(  # Azure ML's node agent told of a low-priority VM's eviction (`[tvmps_91d4..._p] Received pre-emption
+        # warning signal (scheduled event Preempt ...)`), and the job's `PreemptionError` (round 92g)
+        "azureml_preempted", _S, _ROOT,
+        r"\[(?P<failed>tvm\w+)\] Received pre-emption warning signal|PreemptionError: Nodes of this job got pre-empted",
+        ("pre-emption warning", "PreemptionError"), True, "Azure ML took back a low-priority node",
+        ("2024-05-13T22:38:17.402Z WARN  [tvmps_91d4c3aa06be4f1f8c27_p] Received pre-emption warning signal (scheduled "
+         "event Preempt, NotBefore=2024-05-13T22:38:47Z)",),
+    ),
     Signature(  # a cloud taking back a spot/preemptible VM (GCP's metadata notice, AWS's interruption), round 34
         "cloud_preempted", _S, _ROOT,
         r"(?:termination is imminent|spot[- ]termination|[Ss]pot [Ii]nstance interruption|[Ii]nstance was preempted|"

@@ -420,6 +420,9 @@ def decide(f: Findings) -> Verdict:
         nodes = killed_on[:1]  # Ray's own report of the kill names the node, by address (round 78a)
     # a node named by its address is the host the logs pair that address with (Ray's `ip:`, round 14b)
     nodes, gpus = short_hosts([f.addr_hosts.get(n, n) for n in nodes]), short_hosts(gpus)
+    if root.signature == "store_failure" and any(h.signature == "master_addr_ignored" for h in f.hits):
+        category, ranks, nodes, gpus = Category.APPLICATION, [], [], []  # the launch command (signatures_network)
+        found_by = "; torchrun ignored --master_addr, so each node waited at a rendezvous of its own"
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
     if category is Category.NUMERICAL and len(ranks) >= 2 and _one_node_of_several(ranks, rank_nodes, f):
         restartable = True  # several GPUs of one node computed NaN and no other node's did: without it, it may not

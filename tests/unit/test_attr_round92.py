@@ -105,3 +105,22 @@ def test_nccls_prefix_behind_a_launchers_index_places_the_line(tmp_path):
            "[51] trn-b-6:7163:7335 [3] include/socket.h:403 NCCL WARN Net : Connection closed by remote peer"]
     v = _verdict(tmp_path, {"job.log": log})
     assert v.category is Category.NETWORK and v.culprit.nodes == ("trn-b-7",)
+
+
+def test_the_master_addr_warning_of_a_run_that_got_going_is_not_its_cause(tmp_path):
+    log = ["[2024-05-13 21:10:03,552] torch.distributed.run: [WARNING] master_addr is only used for static "
+           "rdzv_backend and when rdzv_endpoint is not specified.",
+           "INFO:__main__:node_rank=0 local_rank=0 rank=0 world_size=8 MASTER_ADDR=10.0.4.7 MASTER_PORT=6105",
+           "[rank0]: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity)"]
+    v = _verdict(tmp_path, {"std_log_process_0.txt": log})
+    assert "master_addr" not in v.root_cause
+
+
+def test_azure_mls_low_priority_eviction_is_the_schedulers_and_names_the_node(tmp_path):
+    lifecycler = ["2024-05-13T21:09:40.118Z INFO  [tvmps_91d4c3aa06be4f1f8c27_p] lifecycler: node 1 of 2",
+                  "2024-05-13T22:38:17.402Z WARN  [tvmps_91d4c3aa06be4f1f8c27_p] Received pre-emption warning signal "
+                  "(scheduled event Preempt, NotBefore=2024-05-13T22:38:47Z)",
+                  "2024-05-13T22:39:33.120Z ERROR lifecycler: job failed: PreemptionError: Nodes of this job got "
+                  "pre-empted. Check if the run has failed or restarted."]  # fmt: skip
+    v = _verdict(tmp_path, {"lifecycler.log": lifecycler})
+    assert v.category is Category.SCHEDULER and v.restartable is True
