@@ -51,7 +51,7 @@ from nvrx_hpc.attribution.lone_exit import (
 from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node, taken_vm
 from nvrx_hpc.attribution.node_wide import node_wide_ranks
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
-from nvrx_hpc.attribution.recurrence import recurs_across_runs
+from nvrx_hpc.attribution.recurrence import recurs_across_runs, same_node_every_run
 from nvrx_hpc.attribution.resources import judge, killed_workers_ranks
 from nvrx_hpc.attribution.signatures import NODE_LOST_SIGNATURES as NODE_LOST
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
@@ -215,6 +215,29 @@ def _beyond_one_node(ranks: Sequence[int], universe: set[int], f: Findings) -> b
     several nodes, wherever the logs place them."""
     hosts = {h.node for h in f.hits if h.node} | set(f.listed_nodes) | set(f.job_nodes)
     return len(hosts) >= 2 and bool(universe) and len(set(ranks)) > len(universe) / len(hosts)
+
+
+_OOM_PROCESS = re.compile(r"Process (\d+) has [\d.]+ [GM]iB memory in use")
+_OOM_GPU = re.compile(r"GPU (\d+) has a total capacity")
+
+
+def _gpus_held_by_others(co: Sequence[Cause]) -> bool:
+    """Whether CUDA's out-of-memory reports name two processes or more on each GPU, and two GPUs or more: every
+    rank found its own GPU already held by another process (round 92b: a cancelled job's workers); not every rank
+    crowding onto one GPU (round 39a), which is the job's own doing."""
+    texts = [c.evidence.text for c in co]
+    held = [len(set(_OOM_PROCESS.findall(t))) >= 2 for t in texts]
+    return bool(texts) and all(held) and len({m.group(1) for t in texts if (m := _OOM_GPU.search(t))}) >= 2
+
+
+def _each_saw_it_twice(co: Sequence[Cause]) -> bool:
+    """Whether each host of the root's lines reported it on two lines or more: each side's processes failed on
+    their own links, not one process and its peer's echo."""
+    per_host: dict[str, set[tuple[str, int | None]]] = {}
+    for c in co:
+        for n in c.nodes:
+            per_host.setdefault(n, set()).add((c.evidence.source, c.evidence.line))
+    return bool(per_host) and all(len(lines) >= 2 for lines in per_host.values())
 
 
 def _one_node_of_several(ranks: Sequence[int], rank_nodes: Mapping[int, str], f: Findings) -> bool:
@@ -381,6 +404,12 @@ def decide(f: Findings) -> Verdict:
         found_by = f"; {together} hosts lost their links within {FABRIC_WINDOW_S:.0f} s: the fabric, not one node"
     if category is Category.NETWORK and root.kind == "log" and not ranks and len(nodes) >= 3:
         nodes, gpus = [], []  # three or more hosts' own errors, no peer named: the fabric between them (round 50b)
+    elif category is Category.NETWORK and root.kind == "log" and len(nodes) == 2 and _each_saw_it_twice(co) \
+            and not any(names_peer(c.evidence.text) for c in co) \
+            and {h.node for h in f.hits if h.node} | set(f.listed_nodes) | set(f.job_nodes) <= set(nodes):
+        # both hosts of the job failed alike on their own links, more than once each, naming no peer: the fabric
+        # between them or its set-up (round 92c: a RoCE fabric without flow control), not one node
+        ranks, nodes, gpus = [], [], []
     set_up = category is Category.NETWORK and root.signature in SET_UP_SIGNATURES and root.restartable is False
     if set_up:
         ranks, nodes, gpus = [], [], []  # one set-up error on several hosts (fabric.py): the set-up, no one node
@@ -423,6 +452,14 @@ def decide(f: Findings) -> Verdict:
     if root.signature == "store_failure" and any(h.signature == "master_addr_ignored" for h in f.hits):
         category, ranks, nodes, gpus = Category.APPLICATION, [], [], []  # the launch command (signatures_network)
         found_by = "; torchrun ignored --master_addr, so each node waited at a rendezvous of its own"
+    held = root.signature == "cuda_oom" and root.kind == "log" and len(nodes) <= 1 and _gpus_held_by_others(co)
+    if held:
+        category, ranks, gpus = Category.HOST, [], []
+        found_by = "; another process held each rank's own GPU (a previous job's, left running on the node)"
+    shared = same_node_every_run(root.signature, f.hits) if category is Category.FRAMEWORK_CRASH else None
+    if shared is not None:  # the crash came back on that node only, in runs whose other nodes changed
+        category, ranks, nodes, gpus = Category.HOST, [], [shared], []
+        found_by = f"; every run that crashed so had {shared} in it, and other nodes each time"
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
     if category is Category.NUMERICAL and len(ranks) >= 2 and _one_node_of_several(ranks, rank_nodes, f):
         restartable = True  # several GPUs of one node computed NaN and no other node's did: without it, it may not
@@ -432,6 +469,8 @@ def decide(f: Findings) -> Verdict:
         restartable = True
     elif resource is not None:
         restartable = resource.restartable
+    elif held:
+        restartable = True  # on another node, or once the node's stale processes are gone
     elif p2p_stall:
         restartable = False  # the host's set-up: every run on it stalls alike
     alike = not (ranks or nodes) and (len({r for c in co for r in c.ranks}) >= 2 or len(co) >= 3  # none stands out

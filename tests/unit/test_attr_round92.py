@@ -124,3 +124,29 @@ def test_azure_mls_low_priority_eviction_is_the_schedulers_and_names_the_node(tm
                   "pre-empted. Check if the run has failed or restarted."]  # fmt: skip
     v = _verdict(tmp_path, {"lifecycler.log": lifecycler})
     assert v.category is Category.SCHEDULER and v.restartable is True
+
+
+def test_both_hosts_failing_alike_on_their_own_links_name_the_fabric_not_one_node(tmp_path):
+    log = [f"[{host}:{pid}:0:{pid}] ib_mlx5_log.c:143  Transport retry count exceeded on mlx5_0:1/RoCE (synd 0x15 "
+           "vend 0x81 hw_synd 0/0)" for host, pid in (("rc-01", 401), ("rc-02", 388), ("rc-01", 402), ("rc-02", 389))]
+    log.append("mpirun noticed that process rank 0 with PID 401 on node rc-01 exited on signal 6 (Aborted).")
+    v = _verdict(tmp_path, {"slurm-774120.out": log})
+    assert v.category is Category.NETWORK and v.culprit.nodes == () and v.culprit.ranks == ()
+
+
+def test_a_crash_that_came_back_on_one_node_among_others_that_changed_is_that_nodes(tmp_path):
+    first = ["Nodes: cn204 cn211", "6: [init] rank 6/8 local_rank 2 host cn211",
+             "srun: error: cn211: task 6: Segmentation fault (core dumped)", "srun: error: cn204: tasks 0-3: Killed"]
+    second = ["Nodes: cn197 cn211", "5: [init] rank 5/8 local_rank 1 host cn211",
+              "srun: error: cn211: task 5: Segmentation fault (core dumped)", "srun: error: cn197: tasks 0-3: Killed"]
+    v = _verdict(tmp_path, {"slurm-36201.out": first, "slurm-36214.out": second})
+    assert v.category is Category.HOST and v.culprit.nodes == ("cn211",) and v.restartable is True
+
+
+def test_every_ranks_gpu_held_by_another_process_is_the_nodes(tmp_path):
+    log = [f"1: [rank{r}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB. GPU {g} has a "
+           f"total capacity of 79.19 GiB of which 21.06 MiB is free. Process 27144{g} has 39.02 GiB memory in use. "
+           f"Process 27145{g} has 39.02 GiB memory in use." for r, g in ((8, 0), (11, 3), (14, 6))]
+    log += ["srun: error: gpu-r19: task 1: Exited with exit code 1", "srun: error: gpu-r18: task 0: Killed"]
+    v = _verdict(tmp_path, {"slurm-771904.out": log})
+    assert v.category is Category.HOST and v.culprit.nodes == ("gpu-r19",) and v.restartable is True
