@@ -461,9 +461,7 @@ def decide(f: Findings) -> Verdict:
         category, ranks, nodes, gpus = Category.HOST, [], [shared], []
         found_by = f"; every run that crashed so had {shared} in it, and other nodes each time"
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
-    if category is Category.NUMERICAL and len(ranks) >= 2 and _one_node_of_several(ranks, rank_nodes, f):
-        restartable = True  # several GPUs of one node computed NaN and no other node's did: without it, it may not
-    elif category in (Category.APPLICATION, Category.NUMERICAL):
+    if category in (Category.APPLICATION, Category.NUMERICAL):
         restartable = False  # the workload's own failure comes back on any node
     elif category is Category.UNKNOWN:
         restartable = True

@@ -30,7 +30,7 @@ def test_the_corpus_has_60_cases_5_per_category_and_stays_small():
     assert len(cases) >= 60
     assert {c.value for c in Category} == set(per) and min(per.values()) >= 5, per
     size = sum(p.stat().st_size for p in CORPUS.rglob("*") if p.is_file())
-    assert size < 27_000_000, size  # 1674 cases: 26.8 MB of text
+    assert size < 28_000_000, size  # 1710 cases: 27.1 MB of text
 
 
 def test_the_harness_on_the_corpus_reaches_the_goals():

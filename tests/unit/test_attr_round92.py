@@ -88,7 +88,7 @@ def test_nan_on_several_gpus_of_one_node_while_the_others_wait_is_that_nodes(tmp
             "srun: error: dfw-0142: tasks 16-23: Exited with exit code 1"]
     v = _verdict(tmp_path, {"slurm-2291407.out": log})
     assert v.category is Category.NUMERICAL and v.culprit.ranks == (40, 42, 43)
-    assert v.culprit.nodes == ("dfw-0147",) and v.restartable is True
+    assert v.culprit.nodes == ("dfw-0147",)
 
 
 def test_a_modules_bare_error_class_is_an_exception(tmp_path):
