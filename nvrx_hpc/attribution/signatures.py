@@ -206,6 +206,7 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"returned nan values|= (?:nan|-?inf) is not finite|loss scale already at minimum|gradient scale is too small|"
         r"[Mm]inimum loss scale reached|[Tt]raining has diverged|\bNaN detected\b|"  # dinov2's check (round 53a)
         r"\b(?:nan|NaN|inf|Inf) loss (?:encountered|detected)|"  # OLMo's `ValueError: nan loss encountered` (57b)
+        r"Found NaN, decreased lg_loss_scale|^\|\s*(?:loss|grad_norm)\s*\|\s*nan\s*\||"  # guided-diffusion's (93h)
         r"reducing loss scale to (?:0\.0\b|[\d.]+e-\d\d)|"  # apex's scale gone to nothing (round 52a)
         r"\(jitter = [\d.]+\)\s+(?:nan|-?inf)\b|"  # tf_cnn_benchmarks' loss column (Horovod's, round 45)
         r"probability tensor contains either `?inf`?, `?nan`? or element < 0|"  # sampling from NaN logits (61b)
@@ -213,7 +214,8 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "result inf", "found Inf",
          "non-finite", "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged",
          "loss nan", "loss inf", "  nan", "scale is too small", "jitter = ", "loss scale to", "nan loss", "NaN loss",
-         "inf loss", "Inf loss", "probability tensor", "loss is nan", "loss is inf", "step for nan or inf"),
+         "inf loss", "Inf loss", "lg_loss_scale", "| nan", "probability tensor", "loss is nan", "loss is inf",
+         "step for nan or inf"),
         # torchtitan pads its metrics: `loss:     nan` (round 42), hence "  nan"
         False, "loss or gradients became NaN/Inf",
         (" iteration 120/1000 | lm loss: nan | grad norm: nan |",

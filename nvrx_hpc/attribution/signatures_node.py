@@ -16,6 +16,12 @@ _G, _H, _F, _S = Category.GPU_HARDWARE, Category.HOST, Category.FRAMEWORK_CRASH,
 _ROOT, _CTX = Role.ROOT, Role.CONTEXT
 
 NODE: tuple[Signature, ...] = (
+    Signature(  # a read or write the kernel failed with EIO (`[Errno 5] Input/output error`): the node's disk or file
+        # system under the call (round 93e: an async checkpoint save on one worker node); a rerun elsewhere writes
+        "storage_io_error", _H, _ROOT, r"\[Errno 5\] Input/output error",
+        ("Input/output error",), True, "a file read or write failed with an I/O error (the node's storage)",
+        ("RuntimeError: Worker failure: [Errno 5] Input/output error",),
+    ),
     Signature(  # torch's shared-memory tensors could not be mapped (`unable to mmap 16777216 bytes from file
         # </torch_88412_...>: Cannot allocate memory (12)`): the host's memory-map limit or its /dev/shm, not the
         # code (round 92d: one node's vm.max_map_count left at its default); met again on that host
