@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 from nvrx_hpc.attribution.aliases import short_hosts
@@ -24,7 +24,6 @@ from nvrx_hpc.attribution.api import (
     Culprit,
     Evidence,
     Hit,
-    Role,
     TimelineEvent,
     Verdict,
 )
@@ -35,6 +34,14 @@ from nvrx_hpc.attribution.dead_peer import killed_first
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, LINK_EVENTS, SET_UP_SIGNATURES, fabric_wide
 from nvrx_hpc.attribution.gpu_bus import idle_gpu_rank, rank_on_device, ranks_on_buses
 from nvrx_hpc.attribution.hang_suspects import DIVERGED, SUSPECT_WHY, dump_hosts, hang_suspects
+from nvrx_hpc.attribution.job_shape import (
+    beyond_one_node,
+    each_saw_it_twice,
+    gpus_held_by_others,
+    one_node_hang,
+    one_node_of_several,
+    one_process,
+)
 from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import known_ranks
 from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
@@ -109,26 +116,6 @@ def _port_down_guess(f: Findings, timeline: tuple[TimelineEvent, ...]) -> Verdic
         culprit=Culprit(nodes=tuple(down)), restartable=True, confidence=0.3, timeline=timeline,
         action=Action.EXCLUDE_AND_RETRY, exclude_nodes=tuple(down),
     )
-
-
-def _one_node_hang(category: Category, ranks: Sequence[int], universe: set[int], hits: Sequence[Hit]) -> bool:
-    """A hang that names one rank, in a job of one node's size (eight ranks at most, and no line giving a rank whose
-    local rank differs: torchrun's `rank: 5 (local_rank: 1)` is a second node's): its rank's host is the job's one host
-    (round 83e); a larger job's one host in the logs may be where the dumps were taken, not where the rank ran."""
-    if category is not Category.DISTRIBUTED_HANG or len(ranks) != 1 or len(universe) > 8:
-        return False
-    return not any(h.rank is not None and h.fields.get("local_rank", str(h.rank)) != str(h.rank) for h in hits)
-
-
-_GPU_INDEX = re.compile(r"^(?:[A-Za-z][\w.-]*:)?(\d{1,2})$")  # `1`, `n1:1`; not a bus id (`0000:4f:00`)
-
-
-def _one_process(known: set[int], gpus: Sequence[str], f: Findings) -> bool:
-    """The job shows one process: no rank but 0, no launcher of several (`torchrun --nproc_per_node 4`, at a prompt
-    or in a script's trace), and no GPU index but 0 in the fault (a process on GPU 1 is one of several)."""
-    if not known <= {0} or f.several_started or any(h.fields.get("nproc", "1") != "1" for h in f.hits):
-        return False
-    return all(m is None or m.group(1) == "0" for m in map(_GPU_INDEX.match, gpus))
 
 
 def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause | None, tuple[int, ...]]:
@@ -208,47 +195,6 @@ def _where(ranks: Sequence[int], nodes: Sequence[str], gpus: Sequence[str]) -> s
     if gpus:
         parts.append("GPU " + ", ".join(gpus[:4]))
     return "; ".join(parts) or "no single place"
-
-
-def _beyond_one_node(ranks: Sequence[int], universe: set[int], f: Findings) -> bool:
-    """More ranks than one node's share of the job (its ranks over the hosts the logs name): they ran on
-    several nodes, wherever the logs place them."""
-    hosts = {h.node for h in f.hits if h.node} | set(f.listed_nodes) | set(f.job_nodes)
-    return len(hosts) >= 2 and bool(universe) and len(set(ranks)) > len(universe) / len(hosts)
-
-
-_OOM_PROCESS = re.compile(r"Process (\d+) has [\d.]+ [GM]iB memory in use")
-_OOM_GPU = re.compile(r"GPU (\d+) has a total capacity")
-
-
-def _gpus_held_by_others(co: Sequence[Cause]) -> bool:
-    """Whether CUDA's out-of-memory reports name two processes or more on each GPU, and two GPUs or more: every
-    rank found its own GPU already held by another process (round 92b: a cancelled job's workers); not every rank
-    crowding onto one GPU (round 39a), which is the job's own doing."""
-    texts = [c.evidence.text for c in co]
-    held = [len(set(_OOM_PROCESS.findall(t))) >= 2 for t in texts]
-    return bool(texts) and all(held) and len({m.group(1) for t in texts if (m := _OOM_GPU.search(t))}) >= 2
-
-
-def _each_saw_it_twice(co: Sequence[Cause]) -> bool:
-    """Whether each host of the root's lines reported it on two lines or more: each side's processes failed on
-    their own links, not one process and its peer's echo."""
-    per_host: dict[str, set[tuple[str, int | None]]] = {}
-    for c in co:
-        for n in c.nodes:
-            per_host.setdefault(n, set()).add((c.evidence.source, c.evidence.line))
-    return bool(per_host) and all(len(lines) >= 2 for lines in per_host.values())
-
-
-def _one_node_of_several(ranks: Sequence[int], rank_nodes: Mapping[int, str], f: Findings) -> bool:
-    """Whether the rank map places all `ranks` on one node while ranks of other nodes are heard failing otherwise
-    (their timeouts, their teardown): a NaN only that node's GPUs computed is that node's (round 92e), not the run's.
-    A log of one node alone says nothing of the others (round 60)."""
-    on = {rank_nodes.get(r) for r in ranks}
-    if len(on) != 1 or None in on:
-        return False
-    return any(h.rank is not None and h.role is not Role.CONTEXT and rank_nodes.get(h.rank) not in (None, *on)
-               for h in f.hits)
 
 
 def decide(f: Findings) -> Verdict:
@@ -404,7 +350,7 @@ def decide(f: Findings) -> Verdict:
         found_by = f"; {together} hosts lost their links within {FABRIC_WINDOW_S:.0f} s: the fabric, not one node"
     if category is Category.NETWORK and root.kind == "log" and not ranks and len(nodes) >= 3:
         nodes, gpus = [], []  # three or more hosts' own errors, no peer named: the fabric between them (round 50b)
-    elif category is Category.NETWORK and root.kind == "log" and len(nodes) == 2 and _each_saw_it_twice(co) \
+    elif category is Category.NETWORK and root.kind == "log" and len(nodes) == 2 and each_saw_it_twice(co) \
             and not any(names_peer(c.evidence.text) for c in co) \
             and {h.node for h in f.hits if h.node} | set(f.listed_nodes) | set(f.job_nodes) <= set(nodes):
         # both hosts of the job failed alike on their own links, more than once each, naming no peer: the fabric
@@ -421,18 +367,18 @@ def decide(f: Findings) -> Verdict:
         gpus, found_by = gpus if list(resource.nodes) == nodes else [], found_by + resource.why
         ranks, nodes = list(resource.ranks), list(resource.nodes)
     if (category is Category.NUMERICAL or root.signature == "cuda_oom") and (len(nodes) >= 2
-                                                                           or _beyond_one_node(ranks, universe, f)):
+                                                                           or beyond_one_node(ranks, universe, f)):
         # NaN (or CUDA OOM) on several nodes: the run diverged (the model does not fit), no one GPU did it; one rank's
         # on two (a rerun) follows its shard
         ranks, nodes, gpus = ranks if len(ranks) == 1 and len(nodes) >= 2 else [], [], []
-    elif category is Category.NUMERICAL and len(ranks) >= 2 and not _one_node_of_several(ranks, rank_nodes, f):
+    elif category is Category.NUMERICAL and len(ranks) >= 2 and not one_node_of_several(ranks, rank_nodes, f):
         ranks, nodes, gpus = [], [], []  # several ranks' loss went bad together: the run diverged, no GPU did it
     if category is Category.SCHEDULER:  # a time limit or a cancel is the job's; a cloud may take back one VM
         (nodes, ranks), gpus = taken_vm(root.signature, nodes, universe | set(rank_nodes), rank_nodes), []
     if not nodes and not set_up and root.kind == "log" and (m := _RAY_ADDRESS.search(root.evidence.text)):
         nodes = [m.group(1) or m.group(2)]  # Ray names the node only by its address, and no log gives its host name
     if not nodes and (category in (Category.GPU_HARDWARE, Category.HOST) or category is Category.UNKNOWN
-                      and len(ranks) == 1 or _one_node_hang(category, ranks, universe, f.hits)) \
+                      and len(ranks) == 1 or one_node_hang(category, ranks, universe, f.hits)) \
             and root.signature != "disk_full":
         nodes = the_only_host(f.hits, (*f.listed_nodes, *f.job_nodes))  # a one-node job: where it happened (lone_exit)
         if not nodes and not f.listed_nodes and not f.job_nodes and not any(h.node for h in f.hits):
@@ -441,7 +387,7 @@ def decide(f: Findings) -> Verdict:
             at = f.prompt_hosts or f.shell_hosts
             nodes = sorted(at) if len(at) == 1 else []
     if not ranks and len(nodes) == 1 and category in (Category.GPU_HARDWARE, Category.HOST) \
-            and _one_process(universe | set(rank_nodes), gpus, f) and not {*f.listed_nodes, *f.job_nodes} - set(nodes):
+            and one_process(universe | set(rank_nodes), gpus, f) and not {*f.listed_nodes, *f.job_nodes} - set(nodes):
         ranks = [0]  # one process on one node: the node's fault hit it (round 68a's `python train.py`)
     killed_on = [m.group(1) or m.group(2) for c in co
                  if c.kind == "log" and (m := _RAY_KILLED_ON.search(c.evidence.text))]
@@ -452,7 +398,7 @@ def decide(f: Findings) -> Verdict:
     if root.signature == "store_failure" and any(h.signature == "master_addr_ignored" for h in f.hits):
         category, ranks, nodes, gpus = Category.APPLICATION, [], [], []  # the launch command (signatures_network)
         found_by = "; torchrun ignored --master_addr, so each node waited at a rendezvous of its own"
-    held = root.signature == "cuda_oom" and root.kind == "log" and len(nodes) <= 1 and _gpus_held_by_others(co)
+    held = root.signature == "cuda_oom" and root.kind == "log" and len(nodes) <= 1 and gpus_held_by_others(co)
     if held:
         category, ranks, gpus = Category.HOST, [], []
         found_by = "; another process held each rank's own GPU (a previous job's, left running on the node)"
