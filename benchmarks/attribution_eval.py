@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -92,6 +93,17 @@ def _attribute(case: Path, use_cli: bool) -> dict[str, Any]:
     return run_attribution([case], settings, write=False, backends=[]).to_dict()
 
 
+_ADDRESS = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
+
+
+def same_host(named: str, label: str) -> bool:
+    """One machine under its short name and its fully qualified one (`gpu-07` and `gpu-07.cluster.internal`); an
+    address is compared whole."""
+    if named == label or _ADDRESS.match(named) or _ADDRESS.match(label) or ("." in named) == ("." in label):
+        return named == label
+    return named.split(".")[0] == label.split(".")[0]
+
+
 def culprit_right(label: dict[str, Any], report: dict[str, Any]) -> bool:
     # a Kubernetes job's culprit is named by its node and by its pod there: a label may give either
     ranks, nodes = set(report["culprit"]["ranks"]), {*report["culprit"]["nodes"], *report["culprit"].get("pods", ())}
@@ -100,7 +112,7 @@ def culprit_right(label: dict[str, Any], report: dict[str, Any]) -> bool:
         return len(ranks) <= 1 and len(nodes) <= 1
     if want_ranks and not (want_ranks <= ranks and len(ranks - want_ranks) <= 1):
         return False
-    if want_node is not None and not (want_node in nodes and len(nodes) <= 2):
+    if want_node is not None and not (any(same_host(n, want_node) for n in nodes) and len(nodes) <= 2):
         return False
     if not want_ranks and len(ranks) > 1:
         return False

@@ -29,6 +29,7 @@ __all__ = ["exception_before_exit", "enrich", "name_victims", "name_oom_victims"
 
 NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")  # docker's default hostname in a container: not a node (round 27)
+_DATED = re.compile(r"(?:19|20)\d\d-[01]\d-[0-3]\d")  # a run's stamp in a file name (`log-train-2021-04-11-21-04`)
 _MAPPING_ITEM = re.compile(r"'([^']+)': \[([\d, ]*)\]")
 _CRASH_CODES = {"-11", "-7", "-4", "139", "135", "132"}  # SIGSEGV, SIGBUS, SIGILL (negative or 128+N)
 # A report of a lost node (`srun: error: Node failure on n2`) is about a node, not a box's rank (round 40).
@@ -48,7 +49,7 @@ def is_host(name: str | None) -> bool:
     """Whether a name a line gives as a host can be a node's."""
     if not name:
         return False
-    return name.lower() not in NOT_HOSTS and not _CONTAINER_ID.match(name)
+    return name.lower() not in NOT_HOSTS and not _CONTAINER_ID.match(name) and not _DATED.search(name)
 
 
 def _int(value: str | None) -> int | None:

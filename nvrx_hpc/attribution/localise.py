@@ -105,6 +105,9 @@ _MPI_ROUND_ROBIN = re.compile(rb"(?:--?map-by\s+(?!slot|core|socket)|-bynode|--?
 _DATED = re.compile(rb"(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
 _SAMPLE = 256 * 1024
 _FLAG = re.compile(r"^(?:[A-Za-z]|iso|short|short-iso)$")  # dmesg -T, journalctl -k / -o short-iso
+# which boot or which part of the log a name says it holds (`sparkpair-b_journal_prev_boot.txt`, round 94c)
+_WHICH_PART = re.compile(r"^(?:prev(?:ious)?|last|current|this|boot|reboot|crash(?:ed)?|tail|head|full|before|after|"
+                         r"excerpt|snippet)(?:[-.](?:prev(?:ious)?|last|boot|crash(?:ed)?))?$", re.IGNORECASE)
 
 
 def _strip_words(name: str) -> str:
@@ -133,7 +136,7 @@ def _strip_words(name: str) -> str:
     if not seen or not words:
         return ""
     # `hoth_dmesg_T.txt`: the flag may stand in a word of its own
-    words = [w for w in words if not _FLAG.match(".".join(w))]
+    words = [w for w in words if not _FLAG.match(".".join(w)) and not _WHICH_PART.match(".".join(w))]
     if not words:
         return ""
     # `nvidia-smi_dmesg_gpu-n061.txt`: several words besides the kernel one; a host name has a digit

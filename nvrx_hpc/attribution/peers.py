@@ -68,9 +68,9 @@ _HOST_AT_END = re.compile(rb"(" + _HOST + rb")\Z")
 # The remote end a reporting line names, and its own end (to map addresses to the reporter's host).
 _PEER = re.compile(
     r"(?:from peer|by remote peer|Peer host id:|Call to \w+ (?:from|to)|[Cc]onnect to|connect\(\) to|"
-    r"for ep 0x[0-9a-fA-F]+ -) ?"
+    r"for ep 0x[0-9a-fA-F]+ -|\] connect \[) ?"  # gloo's `pair.cc:799] connect [10.12.3.22]:46651`
     r"(?:host )?"
-    r"(?P<peer>[\w.:%\-]+?)(?:<\d+>|[\s),]|$)"
+    r"(?P<peer>[\w.:%\-]+?)(?:<\d+>|[\s),\]]|$)"
 )
 _LOCAL = re.compile(r"(?:localGid|My host id:) ?(?P<local>[\w.:\-]+?)(?:[\s),]|$)")
 _NETWORK_ROLES = (Role.ROOT, Role.WEAK)

@@ -81,10 +81,17 @@ NATIVE: tuple[Signature, ...] = (
         "container_runtime_failed", _H, _ROOT,
         # an older kubelet's event names its node in the From column (`kubelet, k8s-v100-worker-04`)
         r"(?:\bkubelet, (?P<node>[A-Za-z][\w.-]*)\s[^\n]*?)?"
-        r"(?:OCI runtime create failed|nvidia-container-cli: (?:initialization|device|ldcache|mount|detection) error)",
-        ("OCI runtime", "nvidia-container-cli"), True, "the container runtime could not start the task's container",
+        r"(?:OCI runtime create failed|nvidia-container-cli: (?:initialization|device|ldcache|mount|detection) error|"
+        # Apptainer/Singularity could not mount the image there (a truncated cached copy, no free loop device, round
+        # 94b); docker found no GPU runtime on a host the toolkit was never installed on (round 94b)
+        r"\bFATAL:\s+container creation failed: |could not select device driver \"[^\"]*\" with capabilities: \[\[gpu\]\])",
+        ("OCI runtime", "nvidia-container-cli", "container creation failed", "could not select device driver"), True,
+        "the container runtime could not start the task's container",
         ("docker: Error response from daemon: failed to create shim task: OCI runtime create failed: runc create "
-         "failed: unable to start container process: error during container init",),
+         "failed: unable to start container process: error during container init",
+         "FATAL:   container creation failed: mount /proc/self/fd/3->/var/apptainer/mnt/session/rootfs error: while "
+         "mounting image /proc/self/fd/3: failed to find loop device",
+         'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].'),
     ),
     Signature(  # srun could not start the step's tasks on a node (an expired credential, a node that could not
         # launch): the scheduler's, before any training; the others then wait at the rendezvous (round 55b)
@@ -97,7 +104,7 @@ NATIVE: tuple[Signature, ...] = (
         # directory missing: a node that missed a reboot after a configuration change); Slurm requeues and holds the
         # job (`launch failed requeued held`). The node's fault, not the training's (round 36)
         "job_container_join_failed", _H, _ROOT,
-        r"\bcontainer_[pg]_join(?:\(\d+\))?: (?:open failed for \S+|No such file or directory)",
+        r"\bcontainer_[pg]_join(?:\(\d+\))?:? (?:open failed (?:for )?\S+|No such file or directory|failed: \d+)",
         ("container_",), True, "Slurm could not join the job's container namespace on its node (job_container)",
         ("slurmstepd: error: container_p_join: open failed for /local/slurm_tmpfs/88216/.ns: No such file or directory",
          "slurmstepd: error: container_g_join(88216): No such file or directory"),

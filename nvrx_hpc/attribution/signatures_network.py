@@ -24,6 +24,12 @@ NETWORK: tuple[Signature, ...] = (
         ("Unable to open device",), False, "NCCL could not open the InfiniBand device {hca}",
         ("h20-b04:3327:3409 [0] transport/net_ib.cc:652 NCCL WARN NET/IB : Unable to open device erdma_1",),
     ),
+    Signature(  # NCCL was made to use a network (NCCL_NET=IB) it could not load on that host: a container without
+        # /dev/infiniband, a missing plugin (round 94b); the launch's set-up, met on every run
+        "nccl_no_net_plugin", _N, _ROOT, r"NCCL WARN [^\n]*Failed to initialize any NET plugin",
+        ("Failed to initialize any NET plugin",), False, "NCCL could not load the network it was told to use",
+        ("trn-h01:118:402 [0] net.cc:626 NCCL WARN Failed to initialize any NET plugin",),
+    ),
     Signature(  # NCCL found no interface by the name it was given (NCCL_SOCKET_IFNAME set for another host's card,
         # rounds 64a, 87f): that host's launch settings, met again on every run
         "nccl_no_socket_iface", _N, _ROOT, r"Bootstrap ?: no socket interface found",
@@ -35,6 +41,14 @@ NETWORK: tuple[Signature, ...] = (
         "loopback_peer_refused", _N, _ROOT, r"connect \[127\.\d{1,3}\.\d{1,3}\.\d{1,3}\]:\d+: Connection refused",
         ("connect [127.",), False, "a peer dialled a loopback address another host advertised",
         ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [127.0.1.1]:22845: Connection "
+         "refused",),
+    ),
+    Signature(  # gloo dialled a peer's advertised port and the peer's host refused it: a firewall that lets the
+        # rendezvous port through but not gloo's random ones (round 94a); met again on every run
+        "gloo_peer_refused", _N, _ROOT,
+        r"gloo/transport/tcp/pair\.cc:\d+\] connect \[(?P<peer>[0-9a-fA-F.:]+)\]:\d+: Connection refused",
+        ("Connection refused",), False, "gloo could not connect to its peer {peer} (refused)",
+        ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [10.12.3.22]:46651: Connection "
          "refused",),
     ),
     Signature(  # Slurm's PMIx plugin could not reach a node's slurmstepd (a firewall, a re-imaged node): every rank's

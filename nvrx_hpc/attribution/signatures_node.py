@@ -46,6 +46,14 @@ NODE: tuple[Signature, ...] = (
         ("Xid",), True, "Xid {xid} (NVLink) on GPU {gpu}",
         ("[1187942.010000] NVRM: Xid (PCI:0000:1b:00): 137, RLW_RXPIPE interrupt hit on link 11 on GPU0: PRIV Error",),
     ),
+    Signature(  # NVML lost its GPUs under a running process: the GPU left the bus (`GpuIsLost`), or the container's
+        # device access went with a reload of systemd's cgroups (`Unknown Error`, round 94b); the node's, a rerun
+        # elsewhere runs
+        "nvml_lost_gpus", _H, _ROOT,
+        r"\bNVMLError_(?P<kind>GpuIsLost|Unknown)\b|Failed to initialize NVML: Unknown Error",
+        ("NVMLError_", "Failed to initialize NVML"), True, "NVML lost access to the node's GPUs",
+        ("[rank8]: pynvml.NVMLError_Unknown: Unknown Error",),
+    ),
     Signature(  # Kubernetes' node controller lost the kubelet of a node (a host error, maintenance, a crash) or saw it
         # come back rebooted: the node was lost under the job's pod (round 91c)
         "k8s_node_not_ready", _H, _ROOT,

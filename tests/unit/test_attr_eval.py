@@ -64,6 +64,16 @@ def test_culprit_rule_allows_one_extra_suspect_and_no_more():
     assert not ok(nobody, {"culprit": {"ranks": [0, 1], "nodes": []}})
 
 
+def test_a_node_matches_its_fully_qualified_name_but_an_address_only_itself():
+    label = {"category": "host", "ranks": [], "node": "gpu-07.cluster.internal", "restartable": True}
+    ok = attribution_eval.culprit_right
+    assert ok(label, {"culprit": {"ranks": [], "nodes": ["gpu-07"]}})
+    assert not ok(label, {"culprit": {"ranks": [], "nodes": ["gpu-08"]}})
+    assert not ok({**label, "node": "gpu-07.a.internal"}, {"culprit": {"ranks": [], "nodes": ["gpu-07.b.internal"]}})
+    assert not ok({**label, "node": "10.1.2.3"}, {"culprit": {"ranks": [], "nodes": ["10.1.2.4"]}})
+    assert not ok({**label, "node": "10.1.2.3"}, {"culprit": {"ranks": [], "nodes": ["10"]}})
+
+
 def test_the_harness_runs_the_real_command_on_any_directory(tmp_path):
     for name in ("gpu_xid79_syslog_4x2", "sched_user_scancel"):
         shutil.copytree(CORPUS / name, tmp_path / name)
