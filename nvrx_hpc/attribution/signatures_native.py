@@ -84,7 +84,8 @@ NATIVE: tuple[Signature, ...] = (
         r"(?:OCI runtime create failed|nvidia-container-cli: (?:initialization|device|ldcache|mount|detection) error|"
         # Apptainer/Singularity could not mount the image there (a truncated cached copy, no free loop device, round
         # 94b); docker found no GPU runtime on a host the toolkit was never installed on (round 94b)
-        r"\bFATAL:\s+container creation failed: |could not select device driver \"[^\"]*\" with capabilities: \[\[gpu\]\])",
+        r"\bFATAL:\s+container creation failed: |"
+        r"could not select device driver \"[^\"]*\" with capabilities: \[\[gpu\]\])",
         ("OCI runtime", "nvidia-container-cli", "container creation failed", "could not select device driver"), True,
         "the container runtime could not start the task's container",
         ("docker: Error response from daemon: failed to create shim task: OCI runtime create failed: runc create "
