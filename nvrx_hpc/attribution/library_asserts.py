@@ -57,19 +57,25 @@ def _rich_library_frame(error: Hit, rich: dict[tuple[str, int], Hit]) -> bool:
     return False
 
 
+def _bare(h: Hit) -> bool:
+    return h.signature == "python_exception" and h.fields.get("exc") == "AssertionError" \
+        and not (h.fields.get("msg") or "").strip()
+
+
 def library_asserts(hits: Sequence[Hit]) -> list[Hit]:
-    """`hits` with each application `AssertionError` raised in a framework's own frame made a framework crash."""
+    """`hits` with each application `AssertionError` raised in a framework's own frame made a framework crash; a
+    bare one (no message) raised by the user's code is weak: the code checked something it reported elsewhere (a
+    `NaN detected` line in the job's other file, round 53a)."""
     frames = {(h.source, h.line) for h in hits if h.signature == "library_frame" and not _checks_input(h)}
     rich = {(h.source, h.line): h for h in hits if h.signature == "rich_frame"}
     if not frames and not rich:
-        return list(hits)
+        return [dataclasses.replace(h, role=Role.WEAK) if _bare(h) else h for h in hits]
     inside: set[tuple[str, str]] = set()
     for h in hits:
         if _is_assert(h) and not _USERS_NUMBERS.search(h.fields.get("msg", "")) \
                 and (any((h.source, h.line - d) in frames for d in range(1, _REACH + 1))
                               or _rich_library_frame(h, rich)):
             inside.add((h.source, h.fields.get("msg", "")))
-    if not inside:
-        return list(hits)
     return [dataclasses.replace(h, category=Category.FRAMEWORK_CRASH)
-            if _is_assert(h) and (h.source, h.fields.get("msg", "")) in inside else h for h in hits]
+            if _is_assert(h) and (h.source, h.fields.get("msg", "")) in inside
+            else dataclasses.replace(h, role=Role.WEAK) if _bare(h) else h for h in hits]

@@ -140,9 +140,11 @@ TEARDOWN: tuple[Signature, ...] = (
         # (StopIteration: the one built-in a training step raises whose name says neither, round 74a)
         # (a module's own bare `Error` class counts with its module path: `wandb.errors.Error: ...`, round 92a)
         r"^(?:\[rank\d+\]: ?)?(?P<exc>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)|"
-        r"(?:[A-Za-z_]\w*\.)+(?:Error|Exception)|StopIteration): "
+        # (a bare `assert` prints its name alone: `AssertionError`, round 93e)
+        r"(?:[A-Za-z_]\w*\.)+(?:Error|Exception)|StopIteration)(?:: |(?<=^AssertionError)(?=\s*$)|"
+        r"(?<=\]: AssertionError)(?=\s*$)|(?<=\]:AssertionError)(?=\s*$))"
         r"(?P<msg>.*)",
-        ("Error: ", "Exception: ", "Interrupt: ", "StopIteration: "), False, "{exc}: {msg}",
-        ("ValueError: shape mismatch: expected [4, 8], got [4, 9]",),
+        ("Error: ", "Exception: ", "Interrupt: ", "StopIteration: ", "AssertionError"), False, "{exc}: {msg}",
+        ("ValueError: shape mismatch: expected [4, 8], got [4, 9]", "AssertionError"),
     ),
 )

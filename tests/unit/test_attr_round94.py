@@ -1,6 +1,6 @@
 """Rules drawn from round 94 after its first contact was scored: container runtimes that could not start a node's
 tasks (Apptainer, docker without the GPU toolkit, Slurm's job_container), NVML losing a node's GPUs, NCCL without
-the network it was told to use, gloo refused by a peer's host, and two file names that are not host names."""
+the network it was told to use, gloo refused by a peer's host, two file names that are not host names, and a bare `AssertionError` (round 93e)."""
 
 from __future__ import annotations
 
@@ -85,3 +85,22 @@ def test_a_kernel_logs_name_that_says_which_boot_still_names_its_host():
 def test_a_runs_date_stamp_in_a_rank_files_name_is_not_a_host():
     assert rank_file_host("log-train-2021-04-11-21-04-rank0.txt") is None
     assert rank_file_host("gn13_rank6.txt") == "gn13"
+
+
+def test_a_bare_assertion_inside_torch_is_the_frameworks_crash_on_the_ranks_that_raised_it(tmp_path):
+    log = []
+    for r in (45, 46, 47):
+        log += [f"{r}:   File \"/opt/conda/lib/python3.10/site-packages/torch/distributed/_shard/sharding_spec/"
+                f"chunk_sharding_spec.py\", line 176, in shard", f"{r}:     assert len(split_size) > 0", f"{r}: "
+                "AssertionError"]  # fmt: skip
+    log += ["srun: error: gpu-r06: tasks 45-47: Exited with exit code 1"]
+    v = _verdict(tmp_path, {"slurm-4410927.out": log})
+    assert v.category is Category.FRAMEWORK_CRASH and v.culprit.ranks == (45, 46, 47)
+
+
+def test_a_bare_assertion_in_the_users_code_yields_to_the_nan_it_checked(tmp_path):
+    err = ["  File \"/home/u/dinov2/dinov2/train/train.py\", line 272, in do_train", "    raise AssertionError",
+           "AssertionError", "srun: error: cn-g012: tasks 0-7: Exited with exit code 1"]
+    out = ["I20231116 14:04:49 2870314 dinov2 train.py:271] NaN detected"]
+    v = _verdict(tmp_path, {"318822_0_log.err": err, "318822_0_log.out": out})
+    assert v.category is Category.NUMERICAL
