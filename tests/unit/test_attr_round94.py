@@ -105,3 +105,20 @@ def test_a_bare_assertion_in_the_users_code_yields_to_the_nan_it_checked(tmp_pat
     out = ["I20231116 14:04:49 2870314 dinov2 train.py:271] NaN detected"]
     v = _verdict(tmp_path, {"318822_0_log.err": err, "318822_0_log.out": out})
     assert v.category is Category.NUMERICAL
+
+
+def test_the_one_rank_whose_all_to_all_differs_in_size_from_all_the_others_is_the_suspect(tmp_path):
+    log = [f"{r // 4}: [E ProcessGroupNCCL.cpp:475] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL("
+           f"SeqNum=110595, OpType=ALLTOALL_BASE, NumelIn={983040 if r == 5 else 2621440}, NumelOut="
+           f"{983040 if r == 5 else 2621440}, Timeout(ms)=1800000) ran for 1800123 milliseconds before timing out."
+           for r in range(8)]  # fmt: skip
+    v = _verdict(tmp_path, {"slurm-5532817.out": log})
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (5,)
+
+
+def test_all_to_alls_of_many_sizes_name_no_one(tmp_path):
+    log = [f"[rank{r}]:[E1204 09:46:43.77 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
+           f"timeout: WorkNCCL(SeqNum=20377, OpType=ALLTOALL_BASE, NumelIn={4096 * (r + 3)}, NumelOut={4096 * (r + 3)}"
+           f", Timeout(ms)=600000) ran for 600081 milliseconds before timing out." for r in range(8)]  # fmt: skip
+    v = _verdict(tmp_path, {"run.log": log})
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == ()
