@@ -9,7 +9,7 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 
-from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.localise import ready_ranks
 from nvrx_hpc.attribution.recurrence import job_files
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
@@ -291,7 +291,11 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
                  and (h.signature != "stack_in_collective" or h.rank not in aborted)}  # fmt: skip
     reporting |= ready_ranks(hits)
     silent = universe - reporting
-    if len(reporting) >= 2 and silent and len(silent) <= max(1, len(universe) // 3):
+    # (of two ranks, one timed out and no line but a start-up banner names the other, not even its end: round 91b's
+    # rank-0-only evaluation; not a rank srun saw exit, round 20b)
+    two = len(universe) == 2 and len(reporting) == 1 and not any(h.rank in silent and h.role is not Role.CONTEXT
+                                                                 for h in hits)
+    if (len(reporting) >= 2 or two) and silent and len(silent) <= max(1, len(universe) // 3):
         return tuple(sorted(silent)), "silent"
     late = _two_ranks_late(victims, universe)
     if late is not None:

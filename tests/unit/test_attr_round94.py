@@ -122,3 +122,21 @@ def test_all_to_alls_of_many_sizes_name_no_one(tmp_path):
            f", Timeout(ms)=600000) ran for 600081 milliseconds before timing out." for r in range(8)]  # fmt: skip
     v = _verdict(tmp_path, {"run.log": log})
     assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == ()
+
+
+def _two_rank_hang(tail):
+    return ["[2026-09-14 19:20:07,002] [INFO] [launch.py:164:main] dist_world_size=2",
+            "[rank 0] pid=52114 device=cuda:0 ep_rank=0", "[rank 1] pid=52115 device=cuda:1 ep_rank=1",
+            "[rank0]:[E914 19:31:17.80 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=3019, OpType=ALLTOALL_BASE, NumelIn=65536, NumelOut=65536, Timeout(ms)=600000) "
+            "ran for 600054 milliseconds before timing out.", *tail]
+
+
+def test_of_two_ranks_the_one_that_says_nothing_while_the_other_times_out_is_the_suspect(tmp_path):
+    v = _verdict(tmp_path, {"run_ep2.log": _two_rank_hang([])})
+    assert v.category is Category.DISTRIBUTED_HANG and v.culprit.ranks == (1,)
+
+
+def test_of_two_ranks_one_that_srun_saw_exit_is_not_silent(tmp_path):
+    v = _verdict(tmp_path, {"run_ep2.log": _two_rank_hang(["srun: error: gpu-e11: task 1: Exited with exit code 1"])})
+    assert v.culprit.ranks != (1,)
