@@ -13,7 +13,8 @@ does not say) are what the maintainers' diagnosis says. A case counts as:
 - category right: the verdict's category equals the label's;
 - culprit right (cases whose label names ranks or a node): the verdict names every labelled rank and
   the labelled node, with at most one extra rank and at most one extra node; a label that names
-  neither is right when the verdict names at most one suspect;
+  neither is right when the verdict names at most one suspect; a node's short name matches its fully
+  qualified one (`gpu-07` and `gpu-07.cluster.internal`), an address only itself;
 - restartable right (cases whose label says): the verdict's `restartable` equals it.
 
 Each case runs through the function `nvrx-hpc attribute` calls (`--cli`: the command itself, one
