@@ -20,7 +20,6 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import attribution_eval  # noqa: E402
 
-from nvrx_hpc.attribution.analyze import analyze_run  # noqa: E402
 from nvrx_hpc.attribution.api import Action, Category  # noqa: E402
 
 
@@ -33,8 +32,8 @@ def test_the_corpus_has_60_cases_5_per_category_and_stays_small():
     assert size < 28_000_000, size  # 1710 cases: 27.1 MB of text
 
 
-def test_the_harness_on_the_corpus_reaches_the_goals():
-    figures = attribution_eval.evaluate(CORPUS)
+def test_the_harness_on_the_corpus_reaches_the_goals(corpus_figures):
+    figures = corpus_figures
     misses = [(r["case"], r["label"], r["got"]) for r in figures["cases_detail"]
               if not (r["category_ok"] and r["culprit_ok"] and r["restartable_ok"] is not False)]  # fmt: skip
     assert figures["category_accuracy"] >= 0.90, misses
@@ -102,14 +101,15 @@ def test_bad_labels_are_refused_with_exit_2(tmp_path, label, message):
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
 
 
-def test_category_restartable_and_recommendation_agree_on_every_case():
-    for name, case, _label in attribution_eval.load_cases(CORPUS):
-        v = analyze_run(case).verdict
-        if v.category in (Category.APPLICATION, Category.NUMERICAL):
-            assert not v.restartable and v.action is Action.STOP, name
-        if not v.restartable:
-            assert v.action is Action.STOP, name
-        if v.category is Category.UNKNOWN:
-            assert v.restartable and v.action is Action.RETRY and v.confidence <= 0.3, name
-        if v.action is Action.EXCLUDE_AND_RETRY:
-            assert v.category.infra and v.exclude_nodes, name
+def test_category_restartable_and_recommendation_agree_on_every_case(corpus_figures):
+    for row in corpus_figures["cases_detail"]:
+        name, got = row["case"], row["got"]
+        category, action, restartable = Category(got["category"]), Action(got["action"]), got["restartable"]
+        if category in (Category.APPLICATION, Category.NUMERICAL):
+            assert not restartable and action is Action.STOP, name
+        if not restartable:
+            assert action is Action.STOP, name
+        if category is Category.UNKNOWN:
+            assert restartable and action is Action.RETRY and got["confidence"] <= 0.3, name
+        if action is Action.EXCLUDE_AND_RETRY:
+            assert category.infra and got["exclude_nodes"], name

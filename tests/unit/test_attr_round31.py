@@ -46,6 +46,9 @@ def test_the_rank_reducing_another_size_in_the_same_all_reduce_is_named(tmp_path
 
 
 def test_all_to_all_sizes_may_differ_by_rank(tmp_path):
-    out = [_watchdog(r, "ALLTOALL_BASE", 2 if r == 4 else 6582528) for r in range(6)]
+    # uneven splits give each rank its own size: no one stands out (round 94 names the one rank alone in a size all
+    # the others share, round 89c's short last batch)
+    sizes = {1: 6100480, 4: 2}
+    out = [_watchdog(r, "ALLTOALL_BASE", sizes.get(r, 6582528)) for r in range(6)]
     v = analyze_run(write_run(tmp_path, {"train.log": out})).verdict
-    assert v.culprit.ranks != (4,)
+    assert v.culprit.ranks not in ((4,), (1, 4))

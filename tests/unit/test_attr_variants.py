@@ -28,8 +28,8 @@ def test_stamp_puts_a_time_before_every_line_of_files_with_runner_prefixes():
 
 
 @pytest.fixture(scope="module")
-def plain():
-    return attribution_eval.evaluate(CORPUS)
+def plain(corpus_figures):
+    return corpus_figures
 
 
 @pytest.mark.parametrize("variant", ["stamp", "crlf"])
