@@ -29,6 +29,7 @@ __all__ = ["exception_before_exit", "enrich", "name_victims", "name_oom_victims"
 
 NOT_HOSTS = {"localhost", "127.0.0.1", "k", "log", "all"}
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")  # docker's default hostname in a container: not a node (round 27)
+_IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
 _DATED = re.compile(r"(?:19|20)\d\d-[01]\d-[0-3]\d")  # a run's stamp in a file name (`log-train-2021-04-11-21-04`)
 _MAPPING_ITEM = re.compile(r"'([^']+)': \[([\d, ]*)\]")
 _CRASH_CODES = {"-11", "-7", "-4", "139", "135", "132"}  # SIGSEGV, SIGBUS, SIGILL (negative or 128+N)
@@ -146,6 +147,25 @@ def _ds_child_ranks(hits: Sequence[Hit]) -> dict[str, int]:
         if h.node in mapping and 0 <= local < len(mapping[h.node]):
             out.setdefault(h.fields["pid"], mapping[h.node][local])
     return out
+
+
+def _short_host(name: str) -> str:
+    return name if _IPV4.match(name) else name.split(".")[0]
+
+
+def _pid_hosts(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box]) -> dict[str, set[str]]:
+    """pid -> the hosts of the lines that gave it a rank, where they name one (a box's `host :`, a line's own
+    host): a pid another host's line prints is another process there (pods number their processes alike, round
+    94e: worker-0's pid 421 is not master-0's rank 3)."""
+    hosts: dict[str, set[str]] = defaultdict(set)
+    for box in boxes.values():
+        if box.pid and box.host:
+            hosts[box.pid].add(_short_host(box.host))
+    for h in hits:
+        pid = _pid(h)
+        if pid and h.rank is not None and h.node:
+            hosts[pid].add(_short_host(h.node))
+    return hosts
 
 
 def _pid_ranks(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box], local_ok: bool = True) -> dict[str, int]:
@@ -287,6 +307,7 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
     hits, launchers = _launcher_tasks(hits)
     boxes = _boxes(hits)
     pid_rank = _pid_ranks(hits, boxes, local_ok=not launchers)
+    pid_hosts = _pid_hosts(hits, boxes)
     mapping = ds_mapping(hits)
     in_box: dict[tuple[str, str | None], set[int]] = defaultdict(set)
     # a local rank is one node's: under srun's labels each node's processes count from 0 again (round 76a)
@@ -327,7 +348,8 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
                 rank = _int(h.fields.get("local_rank"))  # torch.distributed.launch on the one node: local is global
         if rank is None:
             pid = _pid(h)
-            rank = pid_rank.get(f"{node}:{pid}", pid_rank.get(pid)) if pid else None
+            elsewhere = bool(node and pid_hosts.get(pid)) and _short_host(node) not in pid_hosts[pid]
+            rank = pid_rank.get(f"{node}:{pid}", None if elsewhere else pid_rank.get(pid)) if pid else None
         if rank is None and h.signature == "elastic_child_failed":
             local = _int(h.fields.get("local_rank"))
             mapped = file_maps.get(h.source, {}).get(local) if local is not None else None

@@ -140,3 +140,20 @@ def test_of_two_ranks_the_one_that_says_nothing_while_the_other_times_out_is_the
 def test_of_two_ranks_one_that_srun_saw_exit_is_not_silent(tmp_path):
     v = _verdict(tmp_path, {"run_ep2.log": _two_rank_hang(["srun: error: gpu-e11: task 1: Exited with exit code 1"])})
     assert v.culprit.ranks != (1,)
+
+
+def test_a_pid_that_another_pods_box_gave_a_rank_is_not_that_rank_on_this_pod(tmp_path):
+    master = ["[rank3]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/pytorch/torch/csrc/distributed/"
+              "c10d/ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error, NCCL version 2.26.5",
+              "[rank3]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting "
+              "prematurely.", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+              "Root Cause (first observed failure):", "[0]:", "  time      : 2026-06-23_15:45:11",
+              "  host      : pt-llama3-sft-master-0", "  rank      : 3 (local_rank: 3)",
+              "  exitcode  : 1 (pid: 421)", "  error_file: <N/A>"]
+    worker = [f"[2026-06-23 15:45:07] pt-llama3-sft-worker-0:{420 + d}:{437 + d} [{d}] transport/nvls.cc:379 "
+              f"(nvlsAllocateMem) NCCL WARN Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152 : "
+              f"CUDA error 401 'the operation cannot be performed in the present state'" for d in range(8)]
+    worker += [f"[rank{r}]: Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152 : CUDA error 401 'the "
+               f"operation cannot be performed in the present state'" for r in (8, 10, 13, 15)]
+    v = _verdict(tmp_path, {"logs_pt-llama3-sft-master-0.txt": master, "logs_pt-llama3-sft-worker-0.txt": worker})
+    assert v.category is Category.GPU_HARDWARE and 3 not in v.culprit.ranks and {8, 10, 13, 15} <= set(v.culprit.ranks)
