@@ -154,17 +154,13 @@ def _short_host(name: str) -> str:
 
 
 def _pid_hosts(hits: Sequence[Hit], boxes: dict[tuple[str, int], _Box]) -> dict[str, set[str]]:
-    """pid -> the hosts of the lines that gave it a rank, where they name one (a box's `host :`, a line's own
-    host): a pid another host's line prints is another process there (pods number their processes alike, round
-    94e: worker-0's pid 421 is not master-0's rank 3)."""
+    """pid -> the hosts torchrun's failure boxes give it (`host :` above `exitcode : 1 (pid: 421)`): a pid another
+    host's line prints is another process there (pods number their processes alike, round 94e: worker-0's pid 421 is
+    not master-0's rank 3). A line's own host is not the pid's: Ray's driver lists every worker's pid (round 14b)."""
     hosts: dict[str, set[str]] = defaultdict(set)
     for box in boxes.values():
         if box.pid and box.host:
             hosts[box.pid].add(_short_host(box.host))
-    for h in hits:
-        pid = _pid(h)
-        if pid and h.rank is not None and h.node:
-            hosts[pid].add(_short_host(h.node))
     return hosts
 
 

@@ -1,7 +1,7 @@
 """Rules drawn from round 94 after its first contact was scored: container runtimes that could not start a node's
 tasks (Apptainer, docker without the GPU toolkit, Slurm's job_container), NVML losing a node's GPUs, NCCL without
-the network it was told to use, gloo refused by a peer's host, two file names that are not host names, and a bare
-`AssertionError` (round 93e)."""
+the network it was told to use, gloo refused by a peer's host, two file names that are not host names, a pid
+another pod's box gave a rank, and a bare `AssertionError` (round 93e)."""
 
 from __future__ import annotations
 
