@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from nvrx_hpc.attribution.api import Category
 from nvrx_hpc.attribution.resources import is_local_path
+from nvrx_hpc.attribution.signatures import NODE_LOST_SIGNATURES
 
-__all__ = ["node_wide_ranks"]
+__all__ = ["node_alone", "node_wide_ranks"]
 
 NODE_WIDE_SIGNATURES = frozenset({"nccl_nvls_failure", "cuda_system_not_ready", "fabric_manager_failed"})
 _NODE_WIDE_TEXT = re.compile(r"\bNVLS\b|[Mm]ulticast")  # not a fabric manager line: it may name one GPU's port
@@ -40,3 +41,22 @@ def node_wide_ranks(
         return list(ranks)
     block = sorted(r for r, n in rank_nodes.items() if n == nodes[0])
     return block if set(ranks) <= set(block) and len(block) > len(ranks) else list(ranks)
+
+
+# faults that strike processes, not the node: an OOM kill names the tasks it killed, a full disk the writer
+_PROCESS_FAULTS = frozenset({"linux_oom_kill", "slurm_oom_kill", "k8s_oom_killed", "disk_full"})
+
+
+def node_alone(
+    root_category: Category, category: Category, signature: str, ranks: Sequence[int], nodes: Sequence[str], lost: bool
+) -> bool:
+    """Whether the culprit is the node alone, not the several ranks of it that met the fault: its adapter or link
+    failed, or a part of the host other than its GPUs (its /dev/shm, its container runtime, its GPUs held by
+    another process, round 95). A node lost whole names its ranks (they went with it), and so does a fault that
+    strikes processes."""
+    if len(ranks) <= 1 or len(set(nodes)) != 1:
+        return False
+    if root_category is Category.NETWORK:
+        return True
+    return category is Category.HOST and not lost and signature not in NODE_LOST_SIGNATURES \
+        and signature not in _PROCESS_FAULTS

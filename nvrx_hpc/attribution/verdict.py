@@ -56,7 +56,7 @@ from nvrx_hpc.attribution.lone_exit import (
     the_only_host,
 )
 from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node, taken_vm
-from nvrx_hpc.attribution.node_wide import node_wide_ranks
+from nvrx_hpc.attribution.node_wide import node_alone, node_wide_ranks
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
 from nvrx_hpc.attribution.recurrence import recurs_across_runs, same_node_every_run
 from nvrx_hpc.attribution.resources import judge, killed_workers_ranks
@@ -315,8 +315,8 @@ def decide(f: Findings) -> Verdict:
     gpus = sorted({g for c in co for g in c.gpus}) if nodes_from_co else []
     same = [(c.signature, c.evidence.text) for c in causes if c.strength == 3 and set(c.nodes) == set(nodes)]
     ranks = node_wide_ranks(root.category, same, nodes, ranks, rank_nodes)  # a part the node shares (node_wide.py)
-    if root.category is Category.NETWORK and root.kind == "log" and len(ranks) > 1 and len(nodes) == 1:
-        ranks = []  # several ranks of one node saw its adapter or link fail: the node's network, not a rank's
+    if root.kind == "log" and node_alone(root.category, category, root.signature, ranks, nodes, bool(lost)):
+        ranks = []  # several ranks of one node met its adapter, link, disk or container failing: the node's
     peer_unknown = False
     dead = killed_first(f.hits, rank_nodes) if category is Category.NETWORK and root.kind == "log" else None
     if dead is not None:  # a rank killed before its peers' network errors: they are its echo (dead_peer.py)
