@@ -2,9 +2,9 @@
 
 A script that starts one launcher per node often sends each node's output to its own file, named after
 the host (`logs/cn110.log`). A kernel log's name already places it (`localise.node_of_file`); any other
-file is placed only when its name, up to the first dot (or its first word before an underscore,
-`cn110_nvidia-smi.txt`), is a host the logs themselves name as one of the job's nodes (an `srun: error: cn110: ...`
-line, a nodelist), so `train.log` or `rank3.log` place nothing.
+file is placed only when its name, up to the first dot, or the part of it before or after a `-` or `_`
+(`cn110_nvidia-smi.txt`, `console-nid003014.log`), is a host the logs themselves name as one of the job's nodes
+(an `srun: error: cn110: ...` line, a nodelist), so `train.log` or `rank3.log` place nothing.
 
 A file named after one rank and its host (`pyspy/gn13_rank6.txt`, `stack-rank6-gpu-a07.log`, round 60) pairs
 the two: someone who dumps each rank's stack names the file after where it ran (`rank_file_host`).
@@ -46,13 +46,23 @@ def rank_file_host(name: str) -> str | None:
 
 def place_by_file_host(hits: Sequence[Hit], listed: Iterable[str] = ()) -> list[Hit]:
     """`hits` with the unplaced lines of a file named after a job node placed on that node."""
-    known = {h.node.split(".")[0] for h in hits if h.node} | {n.split(".")[0] for n in listed}
+    # short name -> the name the logs give it (`vg-0b` -> `vg-0b.cluster.internal`): one node is one name
+    known = {n.split(".")[0]: n for n in [*listed, *(h.node for h in hits if h.node)]}
     out = []
     for h in hits:
         if h.node is None:
-            stem = PurePath(h.source).name.split(".")[0]
-            head = stem.split("_")[0]  # `ndv5-h100-03_nvsmi_perf.txt`: the host, then what was taken there
-            if stem in known or head in known:
-                h = dataclasses.replace(h, node=stem if stem in known else head)
+            host = _named_host(PurePath(h.source).name.split(".")[0], known)
+            if host is not None:
+                h = dataclasses.replace(h, node=host)
         out.append(h)
     return out
+
+
+def _named_host(stem: str, known: dict[str, str]) -> str | None:
+    """The job node a file's name holds: the whole stem, or the longest part of it before or after a `-` or `_`
+    (`ndv5-h100-03_nvsmi_perf`: the host, then what was taken there; `console-nid003014`, round 95c: what was
+    taken, then the host)."""
+    cuts = [i for i, ch in enumerate(stem) if ch in "-_"]
+    parts = [stem, *(stem[:i] for i in cuts), *(stem[i + 1:] for i in cuts)]
+    named = [p for p in parts if p in known]
+    return known[max(named, key=len)] if named else None

@@ -39,7 +39,7 @@ def _checks_input(frame: Hit) -> bool:
 
 # a native library's own error, raised through its Python binding (`RuntimeError: DeepEP error: timeout (dispatch
 # CPU)`, round 40; its kernel's `Failed: Assertion error internode.cu:1713 ...`, round 47): the library's state
-_LIBRARY_ERROR = re.compile(r"^[A-Za-z][\w-]* [Ee]rror: |^Failed: Assertion error \S+\.(?:cu|cuh|cpp|cc|h):\d+")
+_LIBRARY_ERROR = re.compile(r"^[A-Za-z][\w-]* [Ee]rror: |^Failed: Assertion error \S+\.(?:cu|cuh|cpp|cc|h|hpp):\d+")
 
 
 def _is_assert(h: Hit) -> bool:

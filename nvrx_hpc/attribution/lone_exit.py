@@ -23,11 +23,13 @@ def _own_code(h: Hit) -> bool:
 
 def lone_exit_rank(hits: Sequence[Hit]) -> list[int]:
     """[rank] of the one srun task (or Composer rank, round 43) that exited with a nonzero code while the others
-    were signalled."""
+    were signalled; the ranks of as many such tasks as there are errors printed with no rank (round 95f: two ranks
+    each raised their own traceback while reading a truncated checkpoint, then the others timed out)."""
     exits = [h for h in hits if h.signature in ("srun_task_exit", "composer_rank_exit")]
     coded = {h.rank for h in exits if _own_code(h) and h.rank is not None}
     signalled = [h for h in exits if not _own_code(h)]
-    if len(coded) == 1 and signalled and all(h.rank not in coded for h in signalled):
+    unranked = sum(1 for h in hits if h.signature == "python_exception" and h.role is Role.ROOT and h.rank is None)
+    if 1 <= len(coded) <= max(1, unranked) and signalled and all(h.rank not in coded for h in signalled):
         return sorted(coded)
     return []
 

@@ -25,6 +25,13 @@ HANG: tuple[Signature, ...] = (
         ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
          "CollectiveFingerPrint(SequenceNumber=12, OpType=ALLREDUCE, TensorShape=[]), but Rank 3 is running ...",),
     ),
+    Signature(  # TORCH_NCCL_DESYNC_DEBUG's report, printed by each rank that timed out: the rank it names finished
+        # the collective before and never joined the one the others wait on (round 95b); the late rank, named
+        "desync_report_late_rank", _D, _ROOT,
+        r"^\s*(?:- )?\[(?P<rank>\d+)\] finished collective #(?P<seq>\d+), but didn't join collective #\d+",
+        ("but didn't join collective",), True, "rank {rank} never joined the collective after #{seq}",
+        ("             [7] finished collective #269, but didn't join collective #270 (count from 1)",),
+    ),
     Signature(
         "watchdog_timeout", _D, _WEAK,
         # A console that wraps long lines (milabench's) puts the WorkNCCL(...) on the next line.

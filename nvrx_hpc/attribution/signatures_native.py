@@ -150,4 +150,24 @@ NATIVE: tuple[Signature, ...] = (
          "torch::autograd::InputBuffer::add(size_t, torch::autograd::Variable): Assertion `pos >= 0 && pos < "
          "buffer.size()' failed.",),
     ),
+    Signature(  # a native library's C++ or CUDA source raised through its binding (Transformer Engine's
+        # `/path/cublaslt_gemm.cu:326 in function cublas_gemm: cuBLAS Error: ...`, round 95e): the library's own state.
+        # A CUDA runtime call it passes on (`CUDA Error: invalid argument`) stays the CUDA entries' (round 56a).
+        "native_library_error", _F, _ROOT,
+        r"(?:Error: )?(?P<file>/\S+\.(?:cu|cuh|cpp|cc|hpp)):\d+ in function [^:\s]+(?:\(\))?: "
+        r"(?!CUDA Error)(?P<what>.+)",
+        (" in function ",), True, "a native library failed inside its own code ({file}): {what}",
+        ("RuntimeError: /opt/te/transformer_engine/common/gemm/cublaslt_gemm.cu:326 in function cublas_gemm: "
+         "cuBLAS Error: the requested functionality is not supported",),
+    ),
+    Signature(  # torch.compile's own machinery failed (Inductor lowering or codegen, the Dynamo backend), round 95b;
+        # a full disk or the job's memory behind it stays the generic entries' (disk_full, the OOM entries), and so
+        # does a `BackendCompilerFailed: backend='inductor' raised:` whose cause is the next line (round 11)
+        "torch_compile_internal", _F, _ROOT,
+        r"torch\._(?:inductor|dynamo)\.exc\.(?P<exc>InductorError|BackendCompilerFailed|InternalTorchDynamoError|"
+        r"CppCompileError|LoweringException)\b"
+        r"(?!.*(?:No space left on device|Disk quota exceeded|out of memory|raised:\s*$))",
+        ("torch._inductor.exc.", "torch._dynamo.exc."), True, "torch.compile failed inside its own machinery ({exc})",
+        ("torch._inductor.exc.InductorError: TypeError: cannot pickle '_thread.RLock' object",),
+    ),
 )

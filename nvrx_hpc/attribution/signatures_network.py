@@ -213,6 +213,16 @@ NETWORK: tuple[Signature, ...] = (
         ("MPIDI_OFI_handle_cq_error(1062): OFI poll failed (ofi_events.c:1064:MPIDI_OFI_handle_cq_error:Input/output "
          "error - UNDELIVERABLE)",),
     ),
+    Signature(  # the host's own fabric adapter refused its set-up: the OFI plugin could not open its address vector,
+        # or the kernel's driver failed the adapter's commands (`infiniband efa_0: Failed to allocate pd[-12]`), round
+        # 95d; that host's adapter, where a restart without it goes on
+        "fabric_adapter_setup_failed", _N, _ROOT,
+        r"(?:NET/OFI Couldn't open AV|infiniband \S+: Failed to (?:process command|allocate pd|create ah|create qp|"
+        r"create cq|register mr)\b)",
+        ("Couldn't open AV", "infiniband "), True, "the host's fabric adapter failed its set-up (its driver or device)",
+        ("ip-10-0-1-7:2341:2390 [7] create_nccl_ofi_component:459 NCCL WARN NET/OFI Couldn't open AV. RC: -22, "
+         "ERROR: Invalid argument", "[ 2817.403130] infiniband efa_0: Failed to allocate pd[-12]"),
+    ),
     Signature(  # the OFI plugin cannot reach a peer's EFA address at all (a security group, a subnet), round 34
         "ofi_address_insert", _N, _ROOT, r"NET/OFI Unable to insert remote address", ("NET/OFI",), True,
         "NCCL's OFI plugin could not add a peer's address (the fabric between the nodes)",

@@ -31,6 +31,17 @@ NODE: tuple[Signature, ...] = (
         ("RuntimeError: unable to mmap 16777216 bytes from file </torch_88412_2017443619_61209>: Cannot allocate "
          "memory (12)",),
     ),
+    Signature(  # a process could not start a thread (EAGAIN from pthread_create, OpenBLAS's or OpenMP's thread pool,
+        # Python's `can't start new thread`): the node's per-user process limit was full, often of another job of the
+        # same user on a shared node (round 95h); the code is not at fault, and elsewhere it starts
+        "thread_limit", _H, _ROOT,
+        r"(?:pthread_create failed[^\n]*Resource temporarily unavailable|can't start new thread|"
+        r"Thread creation failed: Resource temporarily unavailable|RLIMIT_NPROC \d+ current, \d+ max)",
+        ("pthread_create failed", "can't start new thread", "Thread creation failed", "RLIMIT_NPROC"), True,
+        "a process could not start a thread (the node's process limit was full)",
+        ("OpenBLAS blas_thread_init: pthread_create failed for thread 9 of 16: Resource temporarily unavailable",
+         "RuntimeError: can't start new thread"),
+    ),
     Signature(  # GCE's operations list whose TARGET column names the instance (`systemevent-...  compute.instances.
         # preempted  us-central1-a/instances/gce-a100-spot-1`, round 92g); before the cloud's own preemption signature
         "gce_operation_preempted", _S, _ROOT,
