@@ -137,7 +137,8 @@ NETWORK: tuple[Signature, ...] = (
     Signature(  # the HCA itself reported a fault to NCCL: the printing host's own adapter (round 13)
         "nccl_ib_async_event", _N, _ROOT,
         r"NET/IB ?: (?:\S+ )?(?:Got async event ?: |async fatal event on \w+ \([^)]*\): )(?P<event>port error|"
-        r"local catastrophic error|[\w ]*?(?:fatal|catastrophic error|access error|violation[\w ]*))",
+        # (`invalid request local work queue error` on a QP, round 96c)
+        r"local catastrophic error|[\w ]*?(?:fatal|catastrophic error|access error|work queue error|violation[\w ]*))",
         ("async event", "async fatal event"), True, "the InfiniBand adapter reported: {event}",
         ("node48:34050:34121 [0] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error",
          "gn057:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error"),
@@ -177,11 +178,30 @@ NETWORK: tuple[Signature, ...] = (
     ),
     Signature(
         "nccl_net_failure", _N, _ROOT,
-        r"(?:NET/(?:Socket|IB|OFI)|Net )[^\n]{0,80}?(?:Connection reset by peer|Broken pipe|completed with error|"
+        # (NCCL's socket helpers print `include/socket.h 398 NCCL WARN Call to recv failed : ...`, round 96b)
+        r"(?:NET/(?:Socket|IB|OFI)|Net |NCCL WARN Call to (?:recv|send|write|read) )[^\n]{0,80}?"
+        r"(?:Connection reset by peer|Broken pipe|completed with error|"
         r"Connection refused|No route to host)",
         ("Connection reset by peer", "Broken pipe", "completed with error", "Connection refused", "No route to host"),
         True, "network failure in NCCL transport",
         ("n2:77:90 [0] NCCL WARN Net : Call to recv from 10.0.0.5<5521> failed : Connection reset by peer",),
+    ),
+    Signature(  # Open MPI's TCP transport reached a process it did not expect: the address it dialled belongs to
+        # another host too (docker0, virbr0 and the like, alike on every node), round 96h; fixed by choosing the
+        # interface (btl_tcp_if_include), not by a relaunch
+        "mpi_btl_tcp_unexpected_peer", _N, _ROOT,
+        r"mca_btl_tcp_endpoint_recv_connect_ack\] received unexpected process identifier",
+        ("received unexpected process identifier",), False,
+        "Open MPI's TCP transport reached the wrong process (an address several hosts share)",
+        ("[dgx-n12][[31407,1],5][btl_tcp_endpoint.c:626:mca_btl_tcp_endpoint_recv_connect_ack] received unexpected "
+         "process identifier [[31407,1],2]",),
+    ),
+    Signature(  # Omni-Path's PSM2 could not open a hardware context on its adapter (`hfi_userinit: assign_context
+        # command failed`, round 96h): the fabric adapter's set-up for the job, met again as launched
+        "psm2_hfi_context_failed", _N, _ROOT,
+        r"hfi_userinit: (?:assign_context command failed|mmap of \w+ at \S+ failed)",
+        ("hfi_userinit",), False, "Omni-Path's PSM2 could not open a context on the fabric adapter",
+        ("[2] kn041.228417hfi_userinit: assign_context command failed: Invalid argument",),
     ),
     Signature(  # Open MPI's TCP transport cannot reach a peer's address: an interface that only one node has (a
         # libvirt bridge, docker0) offered as the way to it, or a firewall (round 88f); fixed by choosing the

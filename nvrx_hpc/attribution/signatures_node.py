@@ -42,6 +42,16 @@ NODE: tuple[Signature, ...] = (
         ("OpenBLAS blas_thread_init: pthread_create failed for thread 9 of 16: Resource temporarily unavailable",
          "RuntimeError: can't start new thread"),
     ),
+    Signature(  # the GPU operator's driver manager drained the node to reinstall its NVIDIA driver and evicted the
+        # job's pod from it (round 96b): that node's driver under the job, not the code; elsewhere, or later, it runs;
+        "gpu_driver_reinstall", _H, _ROOT,
+        # torch then finds no driver on that node (`Found no NVIDIA driver on your system`): the node's, not the code's
+        r"(?:Drain(?:ing)? node (?P<node>[A-Za-z][\w.-]*) for driver (?:uninstall|upgrade|install)|"
+        r"Found no NVIDIA driver on your system)",
+        ("for driver", "Found no NVIDIA driver"), True, "the node's GPU driver was missing or being reinstalled",
+        ("Drain node gpu-node-07 for driver uninstall", "RuntimeError: Found no NVIDIA driver on your system. Please "
+         "check that you have an NVIDIA GPU and installed a driver"),
+    ),
     Signature(  # GCE's operations list whose TARGET column names the instance (`systemevent-...  compute.instances.
         # preempted  us-central1-a/instances/gce-a100-spot-1`, round 92g); before the cloud's own preemption signature
         "gce_operation_preempted", _S, _ROOT,

@@ -101,6 +101,13 @@ SCHEDULER: tuple[Signature, ...] = (
         ("2m  Warning  Evicted  pod/train-0  The node was low on resource: memory. Container main was using "
          "49837196Ki, which exceeds its request of 1Gi.",),
     ),
+    Signature(  # Kueue took the workload's quota back: its pods were not all ready within the PodsReady timeout (a
+        # replacement pod that could not be scheduled, round 96b); the queue's doing, and it requeues the workload
+        "kueue_pods_ready_evicted", _S, _ROOT, r"(?:EvictedDueToPodsReadyTimeout|Exceeded the PodsReady timeout)",
+        ("PodsReady",), True, "Kueue evicted the workload: its pods were not ready within the PodsReady timeout",
+        ("31m  Warning  EvictedDueToPodsReadyTimeout  workload/jobset-llama3-pt-5e0c1  Exceeded the PodsReady timeout "
+         "research/jobset-llama3-pt-5e0c1",),
+    ),
     Signature(  # weak: srun cancels the step itself when a task dies; a cancel is a cause only alone
         "slurm_cancelled", _S, _WEAK, rf"{_SLURM_CANCEL}(?: DUE TO (?P<why>[A-Za-z_ ]+?))? \*\*\*",
         ("CANCELLED AT",), False, "job was cancelled",

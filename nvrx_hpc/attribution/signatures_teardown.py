@@ -123,6 +123,22 @@ TEARDOWN: tuple[Signature, ...] = (
         ("execve()",), False, "srun could not start {prog}: {why}",
         ("slurmstepd: error: execve(): accelerate: No such file or directory",),
     ),
+    Signature(  # srun does not know an option the job's script gives it: a plugin it lacks on this cluster (pyxis's
+        # `--container-image`, round 96a), or a typo; the launch, met on every run
+        "launcher_unknown_option", _A, _ROOT,
+        r"\b(?P<prog>srun|sbatch|salloc): unrecognized option '?(?P<opt>--?[\w-]+)",
+        ("unrecognized option",), False, "{prog} does not know the option {opt} (a plugin missing, or a typo)",
+        ("srun: unrecognized option '--container-image=nvcr.io/nvidia/nemo:25.02'",),
+    ),
+    Signature(  # Intel MPI's Hydra could not start a program on a node (`[proxy:1:1@c102] HYD_spawn (...): execvp
+        # error on file X (No such file or directory)`, round 96h): the program is not there on that node
+        "hydra_execvp_failed", _A, _ROOT,
+        r"\[proxy:[\d:]+@(?P<node>[\w.-]+)\] HYD_spawn \([^)]*\): execvp error on file (?P<prog>\S+) "
+        r"\((?P<why>[^)]*)\)",
+        ("execvp error on file",), False, "Hydra could not start {prog} on {node}: {why}",
+        ("[proxy:1:1@c102] HYD_spawn (../../src/pm/i_hydra/libhydra/spawn/intel/hydra_spawn.c:117): execvp error on "
+         "file /opt/app/bin/ep_server (No such file or directory)",),
+    ),
     Signature(  # pdsh ran the launch command on a host that lacks it (127: not found, 126: not runnable), round 33
         "pdsh_remote_not_found", _A, _ROOT,
         r"^pdsh@[\w.-]+: (?P<node>[\w.-]+): ssh exited with exit code (?P<code>12[67])\b",
