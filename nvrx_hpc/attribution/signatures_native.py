@@ -170,4 +170,11 @@ NATIVE: tuple[Signature, ...] = (
         ("torch._inductor.exc.", "torch._dynamo.exc."), True, "torch.compile failed inside its own machinery ({exc})",
         ("torch._inductor.exc.InductorError: TypeError: cannot pickle '_thread.RLock' object",),
     ),
+    Signature(  # weak: a C++ runtime's own check failed (glog's `Check failed:`, Ray's GCS server, round 97e): the
+        # framework's state, but a CUDA error or a lost peer behind it is what the stronger entries name
+        "cpp_check_failed", _F, Role.WEAK, r"\S+\.(?:cc|cpp|h):\d+\]?:? +Check failed: (?P<what>.+)",
+        ("Check failed:",), True, "a C++ runtime's own check failed: {what}",
+        ("[2024-02-11 03:46:31,390 C 62 62] (gcs_server) id_def.h:25:  Check failed: binary.size() == Size() || "
+         "binary.size() == 0 expected size is 28, but got data  of size 27",),
+    ),
 )

@@ -243,6 +243,13 @@ NETWORK: tuple[Signature, ...] = (
         ("ip-10-0-1-7:2341:2390 [7] create_nccl_ofi_component:459 NCCL WARN NET/OFI Couldn't open AV. RC: -22, "
          "ERROR: Invalid argument", "[ 2817.403130] infiniband efa_0: Failed to allocate pd[-12]"),
     ),
+    Signature(  # Cray MPICH on Slingshot could not post receives: the cxi provider's completion queue is full (the rank
+        # that prints it is flooded, round 97a); its size (FI_CXI_DEFAULT_CQ_SIZE) as launched, not a relaunch
+        "cxi_cq_exhaustion", _N, _ROOT, r"MPICH suspects a hang due to completion queue exhaustion",
+        ("completion queue exhaustion",), False, "Slingshot's completion queue ran full (no receive could be posted)",
+        ("PE 0: MPICH WARNING: OFI is failing to make progress on posting a receive. MPICH suspects a hang due to "
+         "completion queue exhaustion.",),
+    ),
     Signature(  # the OFI plugin cannot reach a peer's EFA address at all (a security group, a subnet), round 34
         "ofi_address_insert", _N, _ROOT, r"NET/OFI Unable to insert remote address", ("NET/OFI",), True,
         "NCCL's OFI plugin could not add a peer's address (the fabric between the nodes)",

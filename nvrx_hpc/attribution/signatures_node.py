@@ -52,6 +52,12 @@ NODE: tuple[Signature, ...] = (
         ("Drain node gpu-node-07 for driver uninstall", "RuntimeError: Found no NVIDIA driver on your system. Please "
          "check that you have an NVIDIA GPU and installed a driver"),
     ),
+    Signature(  # a file lock on a file system mounted without flock (Lustre without `-o flock`, round 97f): the mount's
+        # settings, met again on every run until it is remounted or the code uses another lock
+        "flock_unsupported", _H, _ROOT, r"FileSystem does not appear to support flock",
+        ("support flock",), False, "the file system does not support flock (its mount options)",
+        ("NotImplementedError: FileSystem does not appear to support flock; use SoftFileLock instead",),
+    ),
     Signature(  # GCE's operations list whose TARGET column names the instance (`systemevent-...  compute.instances.
         # preempted  us-central1-a/instances/gce-a100-spot-1`, round 92g); before the cloud's own preemption signature
         "gce_operation_preempted", _S, _ROOT,

@@ -139,6 +139,13 @@ TEARDOWN: tuple[Signature, ...] = (
         ("[proxy:1:1@c102] HYD_spawn (../../src/pm/i_hydra/libhydra/spawn/intel/hydra_spawn.c:117): execvp error on "
          "file /opt/app/bin/ep_server (No such file or directory)",),
     ),
+    Signature(  # Cray MPICH was asked for GPU buffers (MPICH_GPU_SUPPORT_ENABLED=1) by a program not linked with its
+        # GPU transport layer (mpi4py built without GTL, round 97a): the build's, on every rank and run
+        "cray_mpich_gtl_not_linked", _A, _ROOT, r"GPU_SUPPORT_ENABLED is requested, but GTL library is not linked",
+        ("GTL library is not linked",), False, "Cray MPICH's GPU support is on but the program lacks its GTL",
+        ("MPICH ERROR [Rank 0] [job id 718244.0] [nid006311] - Abort(-1) (rank 0 in comm 0): MPIDI_CRAY_init: "
+         "GPU_SUPPORT_ENABLED is requested, but GTL library is not linked",),
+    ),
     Signature(  # pdsh ran the launch command on a host that lacks it (127: not found, 126: not runnable), round 33
         "pdsh_remote_not_found", _A, _ROOT,
         r"^pdsh@[\w.-]+: (?P<node>[\w.-]+): ssh exited with exit code (?P<code>12[67])\b",
