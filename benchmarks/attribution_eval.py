@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -120,13 +121,24 @@ def culprit_right(label: dict[str, Any], report: dict[str, Any]) -> bool:
     return True
 
 
-def evaluate(root: Path, use_cli: bool = False) -> dict[str, Any]:
+def _attribute_timed(case: Path, use_cli: bool) -> tuple[dict[str, Any], float]:
+    t0 = time.perf_counter()
+    report = _attribute(case, use_cli)
+    return report, time.perf_counter() - t0
+
+
+def evaluate(root: Path, use_cli: bool = False, jobs: int | None = None) -> dict[str, Any]:
+    """Attribute every case; `jobs` worker processes (default: one per CPU) share the cases, each timing its own."""
     cases = load_cases(root)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(cases) or 1))
+    paths = [case for _, case, _ in cases]
+    if jobs == 1:
+        results = [_attribute_timed(case, use_cli) for case in paths]
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_attribute_timed, paths, [use_cli] * len(paths), chunksize=8))
     rows = []
-    for name, case, label in cases:
-        t0 = time.perf_counter()
-        report = _attribute(case, use_cli)
-        seconds = time.perf_counter() - t0
+    for (name, _case, label), (report, seconds) in zip(cases, results, strict=True):
         rows.append({
             "case": name, "label": label, "seconds": round(seconds, 4),
             "got": {"category": report["category"], "ranks": report["culprit"]["ranks"],
@@ -200,13 +212,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dir", type=Path, help="directory of CASE/ + CASE.label.json pairs")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--cli", action="store_true", help="run the nvrx-hpc attribute command per case")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="worker processes (default: one per CPU; 1 for times per case without contention)")
     parser.add_argument("--show-misses", action="store_true", help="list every case that misses a goal")
     args = parser.parse_args(argv)
     if not args.dir.is_dir():
         print(f"error: {args.dir} is not a directory", file=sys.stderr)
         return 2
     try:
-        figures = evaluate(args.dir, args.cli)
+        figures = evaluate(args.dir, args.cli, args.jobs)
     except LabelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -88,6 +88,18 @@ def test_the_harness_runs_the_real_command_on_any_directory(tmp_path):
     assert text.returncode == 0 and "category accuracy:    100.0 %" in text.stdout
 
 
+def test_worker_processes_give_the_same_rows_as_one_process(tmp_path):
+    names = sorted(p.name for p in CORPUS.iterdir() if p.is_dir())[:12]
+    for name in names:
+        shutil.copytree(CORPUS / name, tmp_path / name)
+        shutil.copy(CORPUS / f"{name}.label.json", tmp_path)
+
+    def rows(jobs):
+        return [(r["case"], r["got"]) for r in attribution_eval.evaluate(tmp_path, jobs=jobs)["cases_detail"]]
+
+    assert rows(1) == rows(3)
+
+
 @pytest.mark.parametrize(("label", "message"), [
     ('{"category": "cosmic_rays", "ranks": []}', "'category' must be one of"),
     ('{"category": "host", "ranks": ["3"]}', "'ranks' must be a list of integers"),
