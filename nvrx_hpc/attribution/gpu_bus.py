@@ -39,7 +39,14 @@ _INDEX_ROWS = ("gpu_index_bus", "smi_uncorrected_ecc")  # nvidia-smi rows pairin
 def ranks_on_buses(
     gpus: Iterable[str], nodes: Sequence[str], hits: Sequence[Hit], rank_nodes: Mapping[int, str] | None = None
 ) -> list[int]:
-    """Global ranks whose NCCL world communicator ran on one of `gpus` (Xid bus ids) on one of `nodes`."""
+    """Global ranks whose NCCL world communicator ran on one of `gpus` (Xid bus ids) on one of `nodes`; or the
+    rank at the index of the one GPU an `nvidia-smi -q` section names (smi_sections.py)."""
+    listed = {f"{h.node}:{h.gpu}" for h in hits if h.fields.get("smi_bus") not in (None, h.gpu)} & set(gpus)
+    if len(listed) == 1 and rank_nodes:
+        host, _, index = next(iter(listed)).rpartition(":")
+        rank = block_rank(rank_nodes, host, int(index)) if index.isdigit() else None
+        if rank is not None:
+            return [rank]
     buses = {b for g in gpus if (b := _xid_bus(g)) is not None}
     hosts = {h.node for h in hits if h.node}
     if not nodes and len(hosts) <= 1:

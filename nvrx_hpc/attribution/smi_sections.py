@@ -1,0 +1,81 @@
+"""The GPU a line of `nvidia-smi -q` speaks of: the section it sits in (round 98).
+
+`nvidia-smi -q` prints one section a GPU, headed by its bus (`GPU 00000000:3D:00.0`), and a throttle reason or an
+error counter inside says nothing of which GPU it is. Its GPU is the section's, and its index is the section's
+place in the listing: nvidia-smi lists every GPU of the node in index order unless the command picked some
+(`nvidia-smi -i 2 -q`: the one section is GPU 2). A listing that picked several, or whose command is not shown and
+that has one section only, gives the bus and no index.
+
+The GPU is then named by its index, as NCCL's `[5]` names a line's, and local rank i runs on GPU i.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from nvrx_hpc.attribution.api import Category, Hit
+
+__all__ = ["smi_section_gpus"]
+
+_SECTION = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+_PICKED = re.compile(r"\bnvidia-smi\b.*?(?:-i|--id)[ =](?P<ids>[\w:.,-]+)")
+_SMI_Q = re.compile(r"\bnvidia-smi\b.*\s(?:-q|--query)\b")
+_READ_LIMIT = 8 << 20  # nvidia-smi output is small; a large file is a log that merely quotes it
+
+
+@dataclasses.dataclass
+class _Section:
+    bus: str
+    index: int | None
+    first: int  # line numbers, 1-based, of the header and of the next section's header (or past the end)
+    end: int
+
+
+def _sections(path: Path) -> list[_Section]:
+    try:
+        if path.stat().st_size > _READ_LIMIT:
+            return []
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    found: list[tuple[int, str, int]] = []  # (line, bus, the line of the command that printed it, 0 if not shown)
+    picks: dict[int, list[int] | None] = {0: None}  # command line -> the indexes it picked (None: every GPU)
+    command = 0
+    for number, text in enumerate(lines, start=1):
+        if _SMI_Q.search(text):
+            command = number
+            m = _PICKED.search(text)
+            ids = m.group("ids").split(",") if m else []
+            picked = [int(i) for i in ids if i.isdigit()]
+            picks[number] = None if m is None else (picked if len(picked) == len(ids) else [])  # by bus: no index
+        elif (m := _SECTION.match(text.strip())) is not None:
+            found.append((number, m.group("bus"), command))
+    out = []
+    for i, (number, bus, command) in enumerate(found):
+        run = [f[0] for f in found if f[2] == command]
+        chosen = picks[command]
+        if chosen is None:
+            index = run.index(number) if len(run) >= 2 else None
+        else:
+            index = chosen[run.index(number)] if len(chosen) == len(run) else None
+        end = found[i + 1][0] if i + 1 < len(found) else len(lines) + 1
+        out.append(_Section(bus, index, number, end))
+    return out
+
+
+def smi_section_gpus(hits: Sequence[Hit], paths: Mapping[str, Path]) -> list[Hit]:
+    """`hits` where each GPU line with no GPU of its own, inside a section of `nvidia-smi -q`, names that section's
+    GPU: its index when the listing gives it, else its bus."""
+    wanted = {h.source for h in hits if h.category is Category.GPU_HARDWARE and h.gpu is None and h.source in paths}
+    sections = {source: _sections(paths[source]) for source in wanted}
+    out = []
+    for h in hits:
+        where = next((s for s in sections.get(h.source, ()) if s.first < h.line < s.end), None)
+        if where is not None and h.gpu is None and h.category is Category.GPU_HARDWARE:
+            gpu = str(where.index) if where.index is not None else where.bus  # the cause puts its node before it
+            h = dataclasses.replace(h, gpu=gpu, fields={**h.fields, "smi_bus": where.bus})
+        out.append(h)
+    return out

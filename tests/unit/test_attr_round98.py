@@ -1,0 +1,40 @@
+"""Rules drawn in round 98's session: the GPU a line of `nvidia-smi -q` speaks of is its section's, and its index is
+the section's place in a listing of every GPU (or the index the command picked)."""
+
+from __future__ import annotations
+
+from _attr_helpers import verdict_of as _verdict
+
+from nvrx_hpc.attribution.api import Category
+
+_JOB = ["+ srun --label torchrun --nnodes 2 --nproc_per_node 4 --rdzv_endpoint gpu-a:29500 train.py"] + [
+    f"{r // 4}: gpu-{'ab'[r // 4]}:{4100 + r}:{4200 + r} [{r % 4}] NCCL INFO comm 0x55d0c8a2b3f0 rank {r} nranks 8 "
+    f"cudaDev {r % 4} busId {r % 4 + 1}b000 - Init COMPLETE" for r in range(8)
+] + ["slurmstepd: error: *** STEP 4471.0 ON gpu-a CANCELLED AT 2026-03-09T08:41:55 ***"]
+
+
+def _section(bus: str, hot: bool) -> list[str]:
+    state = "Active" if hot else "Not Active"
+    return [f"GPU 00000000:{bus}:00.0", f"        HW Slowdown                       : {state}",
+            f"            HW Thermal Slowdown           : {state}",
+            f"        SW Thermal Slowdown               : {state}"]
+
+
+def test_a_hot_gpu_in_a_listing_of_every_gpu_is_the_rank_at_its_place(tmp_path):
+    smi = ["$ nvidia-smi -q -d PERFORMANCE | grep -E 'GPU 0000|Slowdown'"]
+    for index, bus in enumerate(("1B", "3D", "5E", "7F")):
+        smi += _section(bus, hot=index == 2)
+    v = _verdict(tmp_path, {"slurm-4471.out": _JOB, "gpu-b-nvidia-smi.txt": smi})
+    assert v.category is Category.GPU_HARDWARE
+    assert list(v.culprit.ranks) == [6] and list(v.culprit.nodes) == ["gpu-b"] and list(v.culprit.gpus) == ["gpu-b:2"]
+
+
+def test_the_gpu_the_command_picked_is_the_sections_index(tmp_path):
+    smi = ["[ops@gpu-b ~]$ nvidia-smi -i 1 -q -d TEMPERATURE,PERFORMANCE", *_section("3D", hot=True)]
+    v = _verdict(tmp_path, {"slurm-4471.out": _JOB, "gpu-b-smi.txt": smi})
+    assert list(v.culprit.ranks) == [5] and list(v.culprit.nodes) == ["gpu-b"]
+
+
+def test_one_section_with_no_command_shown_gives_its_bus_and_no_index(tmp_path):
+    v = _verdict(tmp_path, {"slurm-4471.out": _JOB, "gpu-b-smi.txt": _section("7F", hot=True)})
+    assert list(v.culprit.gpus) == ["gpu-b:00000000:7F:00.0"] and list(v.culprit.nodes) == ["gpu-b"]
