@@ -40,11 +40,14 @@ def ranks_on_buses(
     gpus: Iterable[str], nodes: Sequence[str], hits: Sequence[Hit], rank_nodes: Mapping[int, str] | None = None
 ) -> list[int]:
     """Global ranks whose NCCL world communicator ran on one of `gpus` (Xid bus ids) on one of `nodes`; or the
-    rank at the index of the one GPU an `nvidia-smi -q` section names (smi_sections.py)."""
-    listed = {f"{h.node}:{h.gpu}" for h in hits if h.fields.get("smi_bus") not in (None, h.gpu)} & set(gpus)
-    if len(listed) == 1 and rank_nodes:
+    rank at the index of the one GPU an `nvidia-smi` listing names (smi_sections.py)."""
+    listed = {f"{h.node}:{h.gpu}" if h.node else str(h.gpu) for h in hits if "smi_index" in h.fields} & set(gpus)
+    if len(listed) == 1:
         host, _, index = next(iter(listed)).rpartition(":")
-        rank = block_rank(rank_nodes, host, int(index)) if index.isdigit() else None
+        rank = block_rank(rank_nodes or {}, host, int(index)) if index.isdigit() else None
+        hosts = {h.node for h in hits} - {None}
+        if rank is None and index.isdigit() and len(hosts) <= 1 and (not host or hosts <= {host}):
+            rank = int(index)  # a job on that one host: local rank i is rank i
         if rank is not None:
             return [rank]
     buses = {b for g in gpus if (b := _xid_bus(g)) is not None}

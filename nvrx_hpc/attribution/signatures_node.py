@@ -176,6 +176,13 @@ NODE: tuple[Signature, ...] = (
         ("Thermal Slowdown",), True, "a GPU slows down because it runs too hot",
         ("            HW Thermal Slowdown           : Active",),
     ),
+    Signature(  # a row of `nvidia-smi --query-gpu=index,...,clocks_event_reasons.* --format=csv` with a column Active:
+        # which column it is, only the header says (smi_sections.py makes a throttled GPU's row a slowdown)
+        "smi_csv_active", _G, _CTX,
+        r"^(?:\d{4}/\d\d/\d\d [\d:.]+,\s*)?(?P<index>\d{1,2}),(?:[^,\n]*,)*?\s*Active\s*(?:,|$)",
+        ("Active",), True, "a GPU's row of an nvidia-smi query shows a clock event reason active",
+        ("2025/03/12 15:03:18.144, 1, 87, 510 MHz, 277.00 W, 100 %, 0x0000000000000020, Active, Not Active",),
+    ),
     Signature(  # the driver's word that a GPU must be reset before it works again: its GSP firmware calls failing with
         # NV_ERR_RESET_REQUIRED, `nvidia-smi -q -d RESET_STATUS` saying so (round 88b); the card's, restartable
         # without it

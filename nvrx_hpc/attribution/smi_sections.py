@@ -7,6 +7,10 @@ place in the listing: nvidia-smi lists every GPU of the node in index order unle
 that has one section only, gives the bus and no index.
 
 The GPU is then named by its index, as NCCL's `[5]` names a line's, and local rank i runs on GPU i.
+
+`nvidia-smi --query-gpu=index,...,clocks_event_reasons.hw_thermal_slowdown --format=csv` prints a row a GPU, and
+only its header says which column an `Active` is in: a row whose thermal or hardware slowdown column is active is
+that GPU slowing down (the older name of these columns is `clocks_throttle_reasons`).
 """
 
 from __future__ import annotations
@@ -16,13 +20,15 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from nvrx_hpc.attribution.api import Category, Hit
+from nvrx_hpc.attribution.api import Category, Hit, Role
 
-__all__ = ["smi_section_gpus"]
+__all__ = ["smi_csv_throttles", "smi_section_gpus"]
 
 _SECTION = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 _PICKED = re.compile(r"\bnvidia-smi\b.*?(?:-i|--id)[ =](?P<ids>[\w:.,-]+)")
 _SMI_Q = re.compile(r"\bnvidia-smi\b.*\s(?:-q|--query)\b")
+_SLOWDOWN_COLUMN = re.compile(r"(?:clocks_event_reasons|clocks_throttle_reasons)\.(?:hw_thermal_slowdown|"
+                              r"sw_thermal_slowdown|hw_slowdown)\b")
 _READ_LIMIT = 8 << 20  # nvidia-smi output is small; a large file is a log that merely quotes it
 
 
@@ -34,13 +40,17 @@ class _Section:
     end: int
 
 
-def _sections(path: Path) -> list[_Section]:
+def _lines(path: Path) -> list[str]:
     try:
         if path.stat().st_size > _READ_LIMIT:
             return []
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return []
+
+
+def _sections(path: Path) -> list[_Section]:
+    lines = _lines(path)
     found: list[tuple[int, str, int]] = []  # (line, bus, the line of the command that printed it, 0 if not shown)
     picks: dict[int, list[int] | None] = {0: None}  # command line -> the indexes it picked (None: every GPU)
     command = 0
@@ -76,6 +86,37 @@ def smi_section_gpus(hits: Sequence[Hit], paths: Mapping[str, Path]) -> list[Hit
         where = next((s for s in sections.get(h.source, ()) if s.first < h.line < s.end), None)
         if where is not None and h.gpu is None and h.category is Category.GPU_HARDWARE:
             gpu = str(where.index) if where.index is not None else where.bus  # the cause puts its node before it
-            h = dataclasses.replace(h, gpu=gpu, fields={**h.fields, "smi_bus": where.bus})
+            fields = {**h.fields, "smi_bus": where.bus, **({} if where.index is None else {"smi_index": gpu})}
+            h = dataclasses.replace(h, gpu=gpu, fields=fields)
+        out.append(h)
+    return out
+
+
+def _slowed(row: str, header: str) -> str | None:
+    """The GPU index of a CSV `row` whose slowdown column (by `header`) is Active, else None."""
+    names = [n.strip() for n in header.split(",")]
+    values = [v.strip() for v in row.split(",")]
+    if len(names) != len(values) or "index" not in names:
+        return None
+    slow = any(values[i] == "Active" for i, n in enumerate(names) if _SLOWDOWN_COLUMN.search(n))
+    return values[names.index("index")] if slow and values[names.index("index")].isdigit() else None
+
+
+def smi_csv_throttles(hits: Sequence[Hit], paths: Mapping[str, Path]) -> list[Hit]:
+    """`hits` where each CSV row of an nvidia-smi query whose header's slowdown column is Active becomes that GPU's
+    thermal slowdown; rows that are active in another column stay context."""
+    wanted = {h.source for h in hits if h.signature == "smi_csv_active" and h.source in paths}
+    texts = {source: _lines(paths[source]) for source in wanted}
+    out = []
+    for h in hits:
+        lines = texts.get(h.source) if h.signature == "smi_csv_active" else None
+        if lines and 0 < h.line <= len(lines):
+            header = next((t for t in reversed(lines[: h.line - 1]) if _SLOWDOWN_COLUMN.search(t) and
+                           not t.lstrip().startswith(("$", "#")) and "--query" not in t), "")  # fmt: skip
+            index = _slowed(lines[h.line - 1], header) if header else None
+            if index is not None:
+                h = dataclasses.replace(h, signature="gpu_thermal_slowdown", role=Role.ROOT, gpu=index,
+                                        fields={**h.fields, "smi_index": index},
+                                        summary="a GPU slows down because it runs too hot")  # fmt: skip
         out.append(h)
     return out

@@ -155,6 +155,8 @@ def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause |
             if c.category is Category.GPU_HARDWARE and c.strength >= least and (set(c.nodes) & nodes or
                                                                                 set(c.ranks) & set(root.ranks)):
                 return c, root.ranks
+    if root.category is Category.SCHEDULER and (slow := [c for c in usable if c.signature == "gpu_thermal_slowdown"]):
+        return min(slow, key=cause_key), ()  # a GPU slowed by its heat held the job back until it was ended (round 98)
     if root.signature in (*_ENDED_BY_OPERATOR, "stall_before_time_limit"):
         # a pod deleted or a node drained may be the cleanup after a failure the logs show, and a silence before a
         # time limit the hang that failure left: that failure, if any (round 87a's rank claimed twice)

@@ -38,3 +38,33 @@ def test_the_gpu_the_command_picked_is_the_sections_index(tmp_path):
 def test_one_section_with_no_command_shown_gives_its_bus_and_no_index(tmp_path):
     v = _verdict(tmp_path, {"slurm-4471.out": _JOB, "gpu-b-smi.txt": _section("7F", hot=True)})
     assert list(v.culprit.gpus) == ["gpu-b:00000000:7F:00.0"] and list(v.culprit.nodes) == ["gpu-b"]
+
+
+def test_on_a_one_host_job_the_listed_index_is_the_rank(tmp_path):
+    log = [f"Torch: Hostname gpu-k21, pid {41803 + r}, using GPU {r}." for r in range(4)]
+    log += [f"Torch distributed: local_rank {r}, rank {r}, size 4, backend nccl" for r in range(4)]
+    smi = ["$ nvidia-smi -q -d PERFORMANCE"]
+    for index, bus in enumerate(("1B", "3D", "5E", "7F")):
+        smi += _section(bus, hot=index == 2)
+    v = _verdict(tmp_path, {"train.log": log, "nvidia-smi-q-perf.txt": smi})
+    assert v.category is Category.GPU_HARDWARE and list(v.culprit.ranks) == [2]
+
+
+def test_a_throttled_row_of_an_nvidia_smi_query_outlasts_the_time_limit_it_caused(tmp_path):
+    head = ("timestamp, index, clocks.current.sm [MHz], utilization.gpu [%], clocks_event_reasons.active, "
+            "clocks_event_reasons.sw_thermal_slowdown, clocks_event_reasons.hw_thermal_slowdown")
+    rows = [f"2025/03/12 14:{m:02d}:18.504, {i}, {510 if i == 1 and m > 30 else 1980} MHz, 100 %, "
+            f"{'0x0000000000000020, Active' if i == 1 and m > 30 else '0x0000000000000000, Not Active'}, Not Active"
+            for m in range(20, 59, 2) for i in range(2)]
+    log = [f"[default{r}]:h100-n11:{3815571 + r}:{3815644 + r} [{r}] NCCL INFO comm 0x5584a0f3c1e0 rank {r} nranks 2 "
+           f"cudaDev {r} busId {r + 1}8000 - Init COMPLETE" for r in range(2)]
+    log += ["slurmstepd: error: *** JOB 7781234 ON h100-n11 CANCELLED AT 2025-03-12T15:07:51 DUE TO TIME LIMIT ***"]
+    v = _verdict(tmp_path, {"lora-7781234.out": log, "gpu-telemetry.csv": [head, *rows]})
+    assert v.category is Category.GPU_HARDWARE and list(v.culprit.ranks) == [1]
+
+
+def test_a_row_active_in_another_column_is_no_slowdown(tmp_path):
+    head = "index, clocks_event_reasons.gpu_idle, clocks_event_reasons.hw_thermal_slowdown"
+    log = ["slurmstepd: error: *** JOB 7781234 ON h100-n11 CANCELLED AT 2025-03-12T15:07:51 DUE TO TIME LIMIT ***"]
+    v = _verdict(tmp_path, {"job.out": log, "gpu.csv": [head, "0, Active, Not Active", "1, Not Active, Not Active"]})
+    assert v.category is Category.SCHEDULER
