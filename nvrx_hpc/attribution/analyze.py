@@ -34,6 +34,7 @@ from nvrx_hpc.attribution.file_rank import file_proc_ranks
 from nvrx_hpc.attribution.fingerprints import drifted_fingerprints
 from nvrx_hpc.attribution.first_reporter import first_gpu_reporter
 from nvrx_hpc.attribution.fr_analysis import FRReport, analyze_files
+from nvrx_hpc.attribution.gpu_bus import named_pair_ranks
 from nvrx_hpc.attribution.horovod_stall import lone_stalled_path
 from nvrx_hpc.attribution.inputs import RunFiles, discover, rank_of, read_events, read_health, read_records
 from nvrx_hpc.attribution.launchers import exception_before_exit
@@ -276,7 +277,7 @@ def analyze(
     by_source = {files.source(p): p for p in files.logs}
     hits = smi_csv_throttles(smi_section_gpus(stalled_before_limit(hits, by_source), by_source), by_source)
     hits = single_process_rank(place_on_batch_host(store_on_rank0(hits)))
-    hits = lone_stalled_path(first_gpu_reporter(place_lost_daemon(hits)))
+    hits = lone_stalled_path(first_gpu_reporter(place_lost_daemon(named_pair_ranks(hits, rank_hosts))))
     hits = drifted_fingerprints(refused_everywhere(hits))
     hits = loopback_alone(hits, {*listed, *shells.named, *rank_hosts.values(), *(h.node for h in hits if h.node)})
     if since is not None:

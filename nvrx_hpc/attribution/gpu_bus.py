@@ -9,12 +9,14 @@ of its own counts, but only one rank may match)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from nvrx_hpc.attribution.api import Hit
+from nvrx_hpc.attribution.localise import rank_nodes as map_rank_nodes
 
-__all__ = ["ranks_on_buses", "rank_on_device", "idle_gpu_rank"]
+__all__ = ["ranks_on_buses", "rank_on_device", "idle_gpu_rank", "named_pair_ranks"]
 
 _PCI = re.compile(r"([0-9a-fA-F]{2}):[0-9a-fA-F]{2}(?:\.[0-7])?$")  # ...bus:device[.function] at the end
 
@@ -135,3 +137,19 @@ def idle_gpu_rank(hits: Sequence[Hit], rank_nodes: Mapping[int, str], universe: 
         elif host is None and universe == set(range(len(gpus[source]))):
             found.add(index)
     return sorted(found) if len(found) == 1 else []
+
+
+def named_pair_ranks(hits: Sequence[Hit], rank_hosts: Mapping[int, str]) -> list[Hit]:
+    """`hits` where a line naming two GPUs of its node (`P2P is disabled between NVLINK connected GPUs 5 and 4`),
+    printed by every rank of the node, is the first GPU's rank's: the ranks of those lines together are the pair's.
+    Local rank i runs on GPU i; a line whose node's ranks are no block of consecutive ranks keeps its printer."""
+    if not any("gpu_a" in h.fields for h in hits):
+        return list(hits)
+    nodes = {**rank_hosts, **map_rank_nodes(hits)}
+    out = []
+    for h in hits:
+        if "gpu_a" in h.fields and h.node:
+            rank = block_rank(nodes, h.node, int(h.fields["gpu_a"]))
+            h = h if rank is None else dataclasses.replace(h, rank=rank, gpu=h.fields["gpu_a"])
+        out.append(h)
+    return out

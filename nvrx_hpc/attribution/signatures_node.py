@@ -176,6 +176,20 @@ NODE: tuple[Signature, ...] = (
         ("Thermal Slowdown",), True, "a GPU slows down because it runs too hot",
         ("            HW Thermal Slowdown           : Active",),
     ),
+    Signature(  # `nvidia-smi -q -d PAGE_RETIREMENT`: a page of a GPU's memory waits to be retired after an
+        # uncorrectable error (round 98d); weak like the table's ECC count: it explains a crash on that node
+        "smi_page_retirement_pending", _G, Role.WEAK, r"^\s*Pending Page (?:Blacklist|Retirement)\s*:\s*Yes\b",
+        ("Pending Page",), True, "a GPU's memory has a page waiting to be retired after an uncorrectable error",
+        ("        Pending Page Blacklist      : Yes",),
+    ),
+    Signature(  # NCCL found two GPUs wired by NVLink that cannot reach each other: their link, or a GPU, is broken
+        # (round 98d); each rank of the node prints it, the two GPUs are the culprits (gpu_bus.named_pair_ranks)
+        "nccl_nvlink_p2p_disabled", _G, _ROOT,
+        r"P2P is disabled between NVLINK connected GPUs (?P<gpu_a>\d+) and (?P<gpu_b>\d+)",
+        ("P2P is disabled",), True, "two GPUs wired by NVLink cannot reach each other (a bad link or GPU)",
+        ("h:1:2 [0] graph/paths.cc:319 NCCL WARN P2P is disabled between NVLINK connected GPUs 5 and 4. This should "
+         "not be the case given their connectivity, and is probably due to a hardware issue.",),
+    ),
     Signature(  # a row of `nvidia-smi --query-gpu=index,...,clocks_event_reasons.* --format=csv` with a column Active:
         # which column it is, only the header says (smi_sections.py makes a throttled GPU's row a slowdown)
         "smi_csv_active", _G, _CTX,

@@ -82,8 +82,8 @@ _RAY_ADDRESS = re.compile(r"^\([\w-]+(?:,? pid=\d+)?, ip=([\d.]+)\)|Memory on th
 # the node a Ray memory kill was on, in the raylet's report or the memory monitor's: where no log names its host
 _RAY_KILLED_ON = re.compile(r"\bat node \(ID: \w+, IP: ([\d.]+)\)|Memory on the node \(IP: ([\d.]+),")
 
-
-_CUDA_LEVEL = re.compile(r"CUDA error|CUDA out of memory|cuda runtime error|CUBLAS_STATUS|ncclUnhandledCudaError")
+_CUDA_LEVEL = re.compile(r"CUDA error|CUDA out of memory|cuda runtime error|CUBLAS_STATUS|ncclUnhandledCudaError|"
+                         r"Segmentation fault")  # a crash under a failing GPU's memory (round 98d)
 # A rank that timed out waiting for another's NCCL unique id in the store: the other never got to its communicator
 _UNIQUE_ID_WAIT = re.compile(r"retrieving ncclUniqueId from \[(\d{1,7})\] via c10d key-value store[^\n]*"
                              r"(?:wait timeout|timed out|Socket Timeout)")

@@ -68,3 +68,27 @@ def test_a_row_active_in_another_column_is_no_slowdown(tmp_path):
     log = ["slurmstepd: error: *** JOB 7781234 ON h100-n11 CANCELLED AT 2025-03-12T15:07:51 DUE TO TIME LIMIT ***"]
     v = _verdict(tmp_path, {"job.out": log, "gpu.csv": [head, "0, Active, Not Active", "1, Not Active, Not Active"]})
     assert v.category is Category.SCHEDULER
+
+
+def test_nvlink_peers_nccl_finds_disabled_are_the_pairs_ranks_not_every_printer(tmp_path):
+    log = [f"{r // 4}: [rank{r}]: h-{'ab'[r // 4]}:{100 + r}:{200 + r} [{r % 4}] NCCL INFO comm 0x55 rank {r} nranks 8 "
+           f"cudaDev {r % 4} busId {r % 4 + 1}b000 - Init START" for r in range(8)]
+    log += [f"1: h-b:{104 + r}:{300 + r} [{r}] graph/paths.cc:319 NCCL WARN P2P is disabled between NVLINK connected "
+            f"GPUs {(3, 2)[r % 2]} and {(2, 3)[r % 2]}. This should not be the case given their connectivity, and is "
+            "probably due to a hardware issue." for r in range(4)]
+    log += [f"1: [rank{r}]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:2027, unhandled "
+            "cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5" for r in range(4, 8)]
+    v = _verdict(tmp_path, {"slurm-551203.out": log})
+    assert v.category is Category.GPU_HARDWARE and v.restartable is True
+    assert list(v.culprit.ranks) == [6, 7] and list(v.culprit.nodes) == ["h-b"]
+
+
+def test_a_segfault_on_a_node_whose_gpu_waits_to_retire_a_page_is_that_gpus(tmp_path):
+    log = ["[1,5]<stderr>:[w-1:00187] *** Process received signal ***",
+           "[1,5]<stderr>:[w-1:00187] Signal: Segmentation fault (11)",
+           "mpirun noticed that process rank 5 with PID 0 on node w-1 exited on signal 11 (Segmentation fault)."]
+    smi = ["root@w-1:/workspace# nvidia-smi -q -d ECC,PAGE_RETIREMENT -i 1", "GPU 00000000:3A:00.0",
+           "    Retired Pages", "        Double Bit ECC              : 1", "        Pending Page Blacklist      : Yes"]
+    v = _verdict(tmp_path, {"w-0_stdout.log": log, "nvidia-smi-q_ecc_w-1.txt": smi})
+    assert v.category is Category.GPU_HARDWARE and list(v.culprit.nodes) == ["w-1"]
+    assert _verdict(tmp_path / "alone", {"w-0_stdout.log": log}).category is Category.FRAMEWORK_CRASH
