@@ -62,13 +62,13 @@ def _ctime(stamp: str) -> float | None:
 # A runner's `[host:rank]:` before each line (`[dgx-114:3]:[rank3]: ...`); UCX's `[host:pid:0:tid]` has more colons.
 # ESPnet2's `[host:rank/world] ` before each of its log lines (round 74a).
 _HOST_RANK = re.compile(r"^\[(?P<host>[A-Za-z][\w.-]*):(?P<rank>\d{1,7})(?:\]:|/\d{1,7}\] )")
-# pdsh / DeepSpeed multi-node runners put `host: ` before each line; a host name has a digit or a hyphen,
-# an exception name ("ValueError: ") has neither. A hostfile of addresses gives `10.52.0.22: ` (round 22). NVIDIA's
-# tools, Flux's and Python's versioned binaries name themselves the same way (`nvidia-container-cli: `, `flux-job: `,
-# `python3: `).
+# pdsh / DeepSpeed multi-node runners put `host: ` before each line (a job log's collector `host >> `, round 98e); a
+# host name has a digit or a hyphen, an exception name ("ValueError: ") has neither. A hostfile of addresses gives
+# `10.52.0.22: ` (round 22). NVIDIA's tools, Flux's and Python's versioned binaries name themselves the same way
+# (`nvidia-container-cli: `, `flux-job: `, `python3: `).
 _HOST_PREFIX = re.compile(r"^(?!rank\d|slurmstepd|srun|flux-(?:job|shell):|"
                           r"nvidia-(?:container|smi|persistenced|fabricmanager|ctk)|python\d|pip\d)"
-                          r"(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*|(?:\d{1,3}\.){3}\d{1,3}): (?=\s*\S)")
+                          r"(?P<host>[a-z][a-z0-9_-]*[\d-][a-z0-9_.-]*|(?:\d{1,3}\.){3}\d{1,3})(?:: | >> )(?=\s*\S)")
 # A kernel line quoted inside another line (an alert bot's `node-health: Xid errors on ...: May 18 16:01:47
 # ip-26-0-160-12 kernel: ...`, round 89e): the host in its syslog header is the line's node, not the relay before it.
 _QUOTED_KERNEL = re.compile(r"\b[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?P<host>[A-Za-z][\w.-]*) kernel: ")

@@ -24,14 +24,16 @@ def _own_code(h: Hit) -> bool:
 def lone_exit_rank(hits: Sequence[Hit]) -> list[int]:
     """[rank] of the one srun task (or Composer rank, round 43) that exited with a nonzero code while the others
     were signalled; the ranks of as many such tasks as there are errors printed with no rank (round 95f: two ranks
-    each raised their own traceback while reading a truncated checkpoint, then the others timed out)."""
+    each raised their own traceback while reading a truncated checkpoint, then the others timed out); with no such
+    exits, the first process mpirun saw exit with a nonzero status."""
     exits = [h for h in hits if h.signature in ("srun_task_exit", "composer_rank_exit")]
     coded = {h.rank for h in exits if _own_code(h) and h.rank is not None}
     signalled = [h for h in exits if not _own_code(h)]
     unranked = sum(1 for h in hits if h.signature == "python_exception" and h.role is Role.ROOT and h.rank is None)
     if 1 <= len(coded) <= max(1, unranked) and signalled and all(h.rank not in coded for h in signalled):
         return sorted(coded)
-    return []
+    first = {h.rank for h in hits if h.signature == "mpirun_first_exit" and h.rank is not None}
+    return sorted(first) if not exits and unranked and len(first) == 1 else []  # mpirun's first (round 98a)
 
 
 def lone_exit_tasks(hits: Sequence[Hit]) -> list[int]:

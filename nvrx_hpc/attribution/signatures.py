@@ -297,6 +297,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("mpirun noticed",), True, "mpirun saw a rank end by signal {signo}",
         ("mpirun noticed that process rank 1 with PID 0 on node gpu-c01 exited on signal 9 (Killed).",),
     ),
+    Signature(  # mpirun's summary of the first process that exited with a nonzero status (`The first process to do
+        # so was:` then its name, `[[jobid,1],rank]`): the one that raised an error printed with no rank (round 98a)
+        "mpirun_first_exit", _F, _CASC, r"^\s*Process name: \[\[\d+,\d+\],(?P<rank>\d+)\]",
+        ("Process name: [[",), True, "mpirun saw rank {rank} exit first with a nonzero status",
+        ("  Process name: [[14207,1],3]",),
+    ),
     Signature(
         "segfault", _F, _ROOT,
         r"(?:(?<!flux-job: task\(s\) )[Ss]egmentation fault|segfault at [0-9a-f]+|"

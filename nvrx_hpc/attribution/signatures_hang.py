@@ -12,6 +12,12 @@ _D = Category.DISTRIBUTED_HANG
 _ROOT, _WEAK, _CASC, _CTX = Role.ROOT, Role.WEAK, Role.CASCADE, Role.CONTEXT
 
 HANG: tuple[Signature, ...] = (
+    Signature(  # torch's flight-recorder analyser found no dump of some ranks (round 98e): a fact about the dumps the
+        # user ran it on, not the job's own exception; the ranks' own output says why they wrote none
+        "fr_trace_missing_dumps", _D, _CTX, r"Missing dump files from ranks \{(?P<ranks>\d+(?:, \d+)*)\}",
+        ("Missing dump files",), None, "the flight-recorder analyser found no dump of ranks {ranks}",
+        ("AssertionError: Missing dump files from ranks {5}",),
+    ),
     # ---- distributed hang -------------------------------------------------------------------------
     Signature(  # TORCH_DISTRIBUTED_DEBUG=DETAIL's check: the ranks' code entered different collectives (round 32)
         "collective_desync", _D, _ROOT,

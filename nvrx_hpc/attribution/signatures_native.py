@@ -94,6 +94,15 @@ NATIVE: tuple[Signature, ...] = (
          "mounting image /proc/self/fd/3: failed to find loop device",
          'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].'),
     ),
+    Signature(  # srun's CPU binding asks for CPUs the step was not given on a node (`--cpu-bind` masks or a shared
+        # node's partial allocation, round 98g): the job's launch options, met again on every retry
+        "slurm_cpu_bind_unsatisfiable", Category.APPLICATION, _ROOT,
+        r"srun: error: (?:CPU binding outside of job step allocation|(?:Task launch for \S+ failed on node "
+        r"(?P<node>[\w.-]+): )?Unable to satisfy cpu bind request)",
+        ("CPU binding outside", "cpu bind request"), False, "srun's CPU binding asks for CPUs outside the step's",
+        ("srun: error: Task launch for StepId=771204.0 failed on node gpu-c12: Unable to satisfy cpu bind request",
+         "srun: error: CPU binding outside of job step allocation, allocated CPUs are: 0x0000FFFF."),
+    ),
     Signature(  # srun could not start the step's tasks on a node (an expired credential, a node that could not
         # launch): the scheduler's, before any training; the others then wait at the rendezvous (round 55b)
         "slurm_task_launch_failed", Category.SCHEDULER, _ROOT,

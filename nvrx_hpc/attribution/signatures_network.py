@@ -59,6 +59,13 @@ NETWORK: tuple[Signature, ...] = (
         ("slurmstepd: error:  mpi/pmix_v4: pmixp_dconn_connect: gn102 [1]: pmixp_dconn.h:246: Cannot establish "
          "direct connection to gn103 (2)",),
     ),
+    Signature(  # gloo's TCP transport found no address on the interface it was told to use (HOROVOD_GLOO_IFACE or
+        # GLOO_SOCKET_IFNAME named for another host's card, round 98a): that host's network as the job set it up
+        "gloo_iface_not_found", _N, _ROOT, r"Unable to find address for: (?P<iface>[\w.:-]+)",
+        ("Unable to find address for",), False, "gloo found no address on network interface {iface}",
+        ("what():  [enforce fail at gloo/transport/tcp/device.cc:83] ifa != nullptr. Unable to find address for: "
+         "enp129s0f1",),
+    ),
     Signature(  # NCCL's sockets on the loopback interface (a container with its own network, NCCL_SOCKET_IFNAME
         # unset): no other host can reach them. Weak: a one-node job may use it, and fails of something else (round 83c)
         "nccl_loopback_iface", _N, _WEAK,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from _attr_helpers import verdict_of as _verdict
 
 from nvrx_hpc.attribution.api import Category
+from nvrx_hpc.attribution.lines import LineContext, classify_line
 
 _JOB = ["+ srun --label torchrun --nnodes 2 --nproc_per_node 4 --rdzv_endpoint gpu-a:29500 train.py"] + [
     f"{r // 4}: gpu-{'ab'[r // 4]}:{4100 + r}:{4200 + r} [{r % 4}] NCCL INFO comm 0x55d0c8a2b3f0 rank {r} nranks 8 "
@@ -92,3 +93,52 @@ def test_a_segfault_on_a_node_whose_gpu_waits_to_retire_a_page_is_that_gpus(tmp_
     v = _verdict(tmp_path, {"w-0_stdout.log": log, "nvidia-smi-q_ecc_w-1.txt": smi})
     assert v.category is Category.GPU_HARDWARE and list(v.culprit.nodes) == ["w-1"]
     assert _verdict(tmp_path / "alone", {"w-0_stdout.log": log}).category is Category.FRAMEWORK_CRASH
+
+
+def test_a_cpu_binding_the_step_was_not_given_is_the_jobs_launch_options(tmp_path):
+    log = ["srun: error: CPU binding outside of job step allocation, allocated CPUs are: 0x0000FFFFFFFF0000.",
+           "srun: error: Task launch for StepId=771204.0 failed on node gpu-c12: Unable to satisfy cpu bind request",
+           "srun: error: Application launch failed: Unable to satisfy cpu bind request",
+           "slurmstepd: error: *** STEP 771204.0 ON gpu-c11 CANCELLED AT 2025-01-22T16:05:41 ***"]
+    v = _verdict(tmp_path, {"slurm-771204.out": log})
+    assert v.category is Category.APPLICATION and v.restartable is False and "gpu-c12" in v.culprit.nodes
+
+
+def test_the_flight_recorder_analysers_missing_dumps_are_not_the_jobs_exception(tmp_path):
+    out = ["5: Traceback (most recent call last):", '5:   File "train_vit.py", line 246, in train_one_epoch',
+           "5: RuntimeError: stack expects each tensor to be equal size, but got [3, 224, 224] at entry 0 and "
+           "[4, 224, 224] at entry 93"]
+    out += [f"{r}: [rank{r}]:[E0930 01:14:31.301000886 ProcessGroupNCCL.cpp:661] [Rank {r}] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=12342, OpType=ALLREDUCE, NumelIn=26214400, NumelOut=26214400, "
+            "Timeout(ms)=900000) ran for 900054 milliseconds before timing out." for r in (0, 1, 2, 3, 4, 6, 7)]
+    fr = ["$ python -m torch.distributed.flight_recorder.fr_trace runs/r7/fr -p trace_rank_",
+          "Traceback (most recent call last):", "    assert dumps_ranks == all_ranks, (",
+          "AssertionError: Missing dump files from ranks {5}"]
+    v = _verdict(tmp_path, {"slurm-88123.out": out, "fr_trace_r7.txt": fr})
+    assert v.category is Category.APPLICATION and list(v.culprit.ranks) == [5]
+
+
+def test_mpiruns_first_process_to_exit_raised_the_error_printed_without_a_rank(tmp_path):
+    log = ["Traceback (most recent call last):", '  File "run.py", line 429, in <module>',
+           "tensorflow.python.framework.errors_impl.InternalError: Failed to create session.",
+           "mpirun detected that one or more processes exited with non-zero status, thus causing",
+           "the job to be terminated. The first process to do so was:", "", "  Process name: [[14207,1],3]",
+           "  Exit code:    1"]
+    assert list(_verdict(tmp_path, {"train.log": log}).culprit.ranks) == [3]
+
+
+def test_a_collectors_host_arrow_places_the_line_on_its_host(tmp_path):
+    line = ("2025-10-21 14:12:21.391000 trn-w01 >> [rank11]:[E1021 14:12:21.391000492 ProcessGroupNCCL.cpp:632] "
+            "[Rank 11] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, "
+            "NumelIn=1724, NumelOut=1724, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.")
+    hit = classify_line(line, 1, LineContext("job-all.log"))
+    assert hit is not None and (hit.rank, hit.node) == (11, "trn-w01")
+    assert classify_line("ValueError >> " + line[38:], 1, LineContext("job-all.log")).node is None
+
+
+def test_gloo_finding_no_address_on_its_interface_is_that_hosts_network(tmp_path):
+    log = [f"Wed Feb 17 14:36:52 2021[{r}]<stderr>:  what():  [enforce fail at gloo/transport/tcp/device.cc:83] ifa != "
+           "nullptr. Unable to find address for: enp129s0f1" for r in range(8, 16)]
+    log += ["ssh gpu-a14 -p 22 'HOROVOD_HOSTNAME=gpu-a14 HOROVOD_RANK=8 HOROVOD_SIZE=16 python train.py'"]
+    v = _verdict(tmp_path, {"horovodrun_console.log": log})
+    assert v.category is Category.NETWORK and v.restartable is False
