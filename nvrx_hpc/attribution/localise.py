@@ -97,8 +97,9 @@ _JOB_ON_HOST = re.compile(rb"(?im)^(?:job \d+ (?:is )?(?:running )?on|running on
 # the host of rank 0 or of torchrun's c10d store is one of the job's nodes (not an etcd rendezvous: its own host)
 _MASTER_HOST = re.compile(rb"(?:\bMASTER_ADDR=|--master[-_]addr[= ]|--rdzv[-_]endpoint[= ])([a-z][\w-]*\d[\w-]*)"
                           rb"(?![\w.-])(?![^\n]*etcd)")
-# mpirun's or horovodrun's host list (`-H gpu-c01:4,gpu-c02:4`, `--host a,b`): the job ran on all of them
-_MPI_HOSTS = re.compile(rb"(?m)(?:^|[\s;&|])(?:mpirun|horovodrun)\b[^\n]*?\s(?:-H|--?host)\s+"
+# mpirun's or horovodrun's host list (`-H gpu-c01:4,gpu-c02:4`, `--host a,b`; torchpack's `dist-run`, which runs
+# mpirun with it, round 99h): the job ran on all of them
+_MPI_HOSTS = re.compile(rb"(?m)(?:^|[\s;&|])(?:mpirun|horovodrun|torchpack dist-run)\b[^\n]*?\s(?:-H|--?host)\s+"
                         rb"([a-z][\w.-]*(?::\d+)?(?:,[a-z][\w.-]*(?::\d+)?)+)")
 # mpirun fills each host's slots before the next unless told to go round the nodes (round 22)
 _MPI_ROUND_ROBIN = re.compile(rb"(?:--?map-by\s+(?!slot|core|socket)|-bynode|--?npernode|-N\s|--?rankfile)")

@@ -204,6 +204,11 @@ def judge(
         if _SHM_FULL.search(text):  # node-local always: several ranks filling it is their node's size, a container's
             return Judgement((), nodes if len(set(nodes)) == 1 else (), False, False,
                              "; /dev/shm is the node's own: its size is the job's limit")  # on several: alike (55b)
+        on = {rank_nodes.get(r) for r in ranks}
+        if len(ranks) >= 2 and len(on) == 1 and None not in on and _other_nodes(tuple(on), rank_nodes, job_nodes):
+            host = on.pop()  # every writer that found it full ran on one node of several: that node's disk (99a)
+            return Judgement((), (host,), True, True, f"; the ranks that found it full all ran on {host}, while the "
+                                                      "job's other nodes ran the same work: its node-local disk")
         if len(ranks) >= 2:
             return Judgement((), (), True, False,
                              "; several ranks found it full, so the shared file system is full, not one rank's disk")

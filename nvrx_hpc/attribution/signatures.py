@@ -82,6 +82,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
          "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),oom_memcg=/slurm/uid_1/job_4/step_0/task_3,"
          "task=python,pid=8812,uid=1"),
     ),
+    Signature(  # the kernel gave up: the node went down with every process on it, a node lost (round 99e: a kdump's
+        # vmcore-dmesg the only trace, the other node's ranks timing out on it)
+        "kernel_panic", _H, _ROOT, r"Kernel panic - not syncing", ("Kernel panic",), True,
+        "the host's kernel panicked: the node went down",
+        ("[1212325.028009] Kernel panic - not syncing: Fatal exception",),
+    ),
     Signature(
         "host_kernel_fault", _H, _ROOT,
         r"(?:BUG: soft lockup|(?:task (?P<proc>[^\s:]+):(?P<pid>\d+) )?blocked for more than \d+ seconds|"
@@ -210,12 +216,13 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         r"reducing loss scale to (?:0\.0\b|[\d.]+e-\d\d)|"  # apex's scale gone to nothing (round 52a)
         r"\(jitter = [\d.]+\)\s+(?:nan|-?inf)\b|"  # tf_cnn_benchmarks' loss column (Horovod's, round 45)
         r"probability tensor contains either `?inf`?, `?nan`? or element < 0|"  # sampling from NaN logits (61b)
-        r"Skipping backward and optimizer step for nan or inf)",  # one rank skipped its step (78b): others wait
+        r"Skipping backward and optimizer step for nan or inf|"  # one rank skipped its step (78b): others wait
+        r"matrix contains invalid numeric entries)",  # scipy's Hungarian matching on a NaN cost (DETR heads, 99h)
         (": nan", "=nan", ": inf", "=inf", ": -inf", "=-inf", "NaN", "Loss is", "result nan", "result inf", "found Inf",
          "non-finite", "became", "returned nan", "not finite", "at minimum", "scale reached", "has diverged",
          "loss nan", "loss inf", "  nan", "scale is too small", "jitter = ", "loss scale to", "nan loss", "NaN loss",
          "inf loss", "Inf loss", "lg_loss_scale", "| nan", "probability tensor", "loss is nan", "loss is inf",
-         "step for nan or inf"),
+         "step for nan or inf", "invalid numeric entries"),
         # torchtitan pads its metrics: `loss:     nan` (round 42), hence "  nan"
         False, "loss or gradients became NaN/Inf",
         (" iteration 120/1000 | lm loss: nan | grad norm: nan |",
@@ -417,8 +424,9 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
 # Hits that victims print about a peer or a collective: who prints them is not who caused them.
 # A whole node went (Slurm's node failure, Ray's dead node, a lost agent or daemon): its ranks, not one of them.
 NODE_LOST_SIGNATURES = frozenset({"node_failure", "slurm.node_fail", "ray_node_dead", "determined_agent_lost",
-                                  "pdsh_remote_not_found", "mpi_daemon_lost", "host_crashed", "pals_node_no_reply",
-                                  "pals_node_app_lost", "k8s_node_not_ready", "elastic_dead_node"})
+                                  "pdsh_remote_not_found", "mpi_daemon_lost", "host_crashed", "kernel_panic",
+                                  "pals_node_no_reply", "pals_node_app_lost", "k8s_node_not_ready",
+                                  "elastic_dead_node"})
 VICTIM_SIGNATURES = ("watchdog_timeout", "collective_timeout", "watchdog_progress", "watchdog_dump_progress",
                      "heartbeat_stuck", "nccl_remote_error", "stack_in_collective", "nccl_ib_flush", "net_peer_timeout",
                      "horovod_stall", "collective_desync")
