@@ -117,6 +117,6 @@ def smi_csv_throttles(hits: Sequence[Hit], paths: Mapping[str, Path]) -> list[Hi
             if index is not None:
                 h = dataclasses.replace(h, signature="gpu_thermal_slowdown", role=Role.ROOT, gpu=index,
                                         fields={**h.fields, "smi_index": index},
-                                        summary="a GPU slows down because it runs too hot")  # fmt: skip
+                                        summary="a GPU slows its clocks down (a thermal or hardware slowdown)")
         out.append(h)
     return out
