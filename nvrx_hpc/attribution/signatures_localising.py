@@ -245,6 +245,14 @@ LOCALISING: tuple[Signature, ...] = (
         ("-- Process",), None, "mp.spawn worker {local_rank} failed",
         ("-- Process 2 terminated with the following error:",),
     ),
+    Signature(  # detectron2's launcher echoes its arguments: this machine's index among the job's machines and its
+        # GPUs, one spawned worker each (spawn_ranks.py: worker L of machine M is rank M x GPUs + L, round 100g)
+        "spawn_machine_args", _A, _CTX,
+        r"Command Line Args: Namespace\([^\n]*\bmachine_rank=(?P<machine_rank>\d+)[^\n]*\bnum_gpus=(?P<num_gpus>\d+)",
+        ("Command Line Args: Namespace(",), None, "machine {machine_rank} of the job, {num_gpus} GPUs",
+        ("Command Line Args: Namespace(config_file='a.yaml', dist_url='tcp://10.40.2.11:23456', eval_only=False, "
+         "machine_rank=1, num_gpus=8, num_machines=2, opts=[], resume=False)",),
+    ),
     Signature(  # a GPU's index and PCI bus in `nvidia-smi --query-gpu=index,pci.bus_id` or nvidia-smi's table
         # (gpu_bus.py: the index of the GPU an Xid names by bus, round 27)
         "gpu_index_bus", Category.GPU_HARDWARE, _CTX,

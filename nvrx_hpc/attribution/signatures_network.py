@@ -137,9 +137,15 @@ NETWORK: tuple[Signature, ...] = (
         r"(?:mlx5_core(?: (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d))?[^\n]*"
         r"(?:Link down|link down|Cable error|module \d+, (?:Cable(?! plugged)|Power)|health compromised|"
         r"firmware fatal|cmd_exec timeout)|\bib\w*: (?:lost carrier|[Ll]ink down)|NIC Link is Down|"
-        r"mlx5_ib\b[^\n]*\bport \d+ link down)",
-        ("mlx5_core", "lost carrier", "Link is Down", "mlx5_ib"), True, "network interface went down",
-        ("Mar  3 14:02:11 dgx-17 kernel: mlx5_core 0000:0c:00.0 ibp12s0: Link down",),
+        r"mlx5_ib\b[^\n]*\bport \d+ link down|"
+        # a launcher's NIC health check (NVIDIA Resiliency Extension's, round 100a): its node, with the agent's suffix
+        r"NIC device \w+: Port state changed from ACTIVE to DOWN|"
+        r"Node (?P<node>[A-Za-z][\w.-]*?)(?:_\d+_\d+)? has unhealthy NIC link)",
+        ("mlx5_core", "lost carrier", "Link is Down", "mlx5_ib", "Port state changed", "unhealthy NIC link"), True,
+        "network interface went down",
+        ("Mar  3 14:02:11 dgx-17 kernel: mlx5_core 0000:0c:00.0 ibp12s0: Link down",
+         "[ERROR] [dgx-b106] ft_rendezvous_barrier.py:1204 NIC link state health check failed for node "
+         "dgx-b106_911870_0: Node dgx-b106_911870_0 has unhealthy NIC link(s)."),
     ),
     Signature(  # the HCA itself reported a fault to NCCL: the printing host's own adapter (round 13)
         "nccl_ib_async_event", _N, _ROOT,

@@ -5,7 +5,8 @@ terminated with the following error:` followed by the worker's traceback (or, fo
 `ProcessExitedException: process 5 terminated with signal SIGSEGV`), all under the node's srun label
 (`1: `). The label is the node's index and the process number its local rank: with the job's world size
 (`global rank 6 of 8`, `world_size=8`) over srun's tasks, the traceback's lines are rank
-label x (world / tasks) + local. Under a one-task srun the spawner holds every rank: process N is rank N.
+label x (world / tasks) + local. Under a one-task srun the spawner holds every rank: process N is rank N. A
+launcher that echoes its machine's index and GPU count (detectron2's `machine_rank=1, num_gpus=8`) gives them itself.
 """
 
 from __future__ import annotations
@@ -31,7 +32,15 @@ def spawn_ranks(hits: Sequence[Hit]) -> list[Hit]:
     # of another node in the logs (round 74a: a one-node job's `mp.spawn`)
     one_task = tasks == {"0"} or (not tasks and all(h.rank in (None, 0) for h in hits)
                                   and not any(srun_label(h) is not None for h in hits))
-    headers = [h for h in hits if h.signature == "mp_spawn_process" and (one_task or srun_label(h) is not None)]
+    # a launcher that names its machine's index and GPUs (detectron2's, round 100g): its workers' ranks in that file
+    echoed: dict[tuple[str, str | None], set[tuple[int, int]]] = {}  # (file, srun label) -> (machine, GPUs)
+    for h in hits:
+        if h.signature == "spawn_machine_args":
+            echoed.setdefault((h.source, srun_label(h)), set()).add((int(h.fields["machine_rank"]),
+                                                                      int(h.fields["num_gpus"])))
+    machines = {key: next(iter(v)) for key, v in echoed.items() if len(v) == 1}  # two machines in one stream: unsure
+    headers = [h for h in hits if h.signature == "mp_spawn_process"
+               and (one_task or srun_label(h) is not None or (h.source, None) in machines)]  # fmt: skip
     if not headers and not any(_EXITED.search(h.text) and (one_task or srun_label(h) is not None) for h in hits):
         return list(hits)
     worlds = world_sizes(hits)
@@ -49,7 +58,8 @@ def spawn_ranks(hits: Sequence[Hit]) -> list[Hit]:
         exited = _EXITED.search(h.text) if label is not None or not per_node else None
         local = owner.fields["local_rank"] if owner is not None else exited.group(1) if exited else None
         if local is not None and (h.rank is None or str(h.rank) == label):
-            rank = int(label or 0) * per_node + int(local)
+            machine, gpus = machines.get((h.source, label), (int(label or 0), per_node))
+            rank = machine * gpus + int(local)
             h = dataclasses.replace(h, rank=rank, fields={**h.fields, "spawn_rank": str(rank)})
         out.append(h)
     return out

@@ -88,6 +88,7 @@ _CUDA_LEVEL = re.compile(r"CUDA error|CUDA out of memory|cuda runtime error|CUBL
 _UNIQUE_ID_WAIT = re.compile(r"retrieving ncclUniqueId from \[(\d{1,7})\] via c10d key-value store[^\n]*"
                              r"(?:wait timeout|timed out|Socket Timeout)")
 _ENDED_BY_OPERATOR = ("k8s_pod_deleted", "k8s_node_drained")
+_OWN_CODE = (Category.APPLICATION, Category.FRAMEWORK_CRASH)  # a process's own error: its own exit names it (100c)
 _OWN_FAILURES = (Category.APPLICATION, Category.FRAMEWORK_CRASH, Category.NUMERICAL, Category.GPU_HARDWARE,
                  Category.HOST, Category.NETWORK)
 # a node's limit that one process met (the kernel's OOM kill, its open-file limit): that process's rank with the node
@@ -286,8 +287,7 @@ def decide(f: Findings) -> Verdict:
             (c.evidence.text for c in co), ranks, rank_nodes, f.hits, (*f.listed_nodes, *f.job_nodes),
             {n for c in co for n in c.nodes}):
         ranks, nodes_from_co = [], False  # one error raised alike on every node: the job's code, no rank of it
-    if (category is Category.APPLICATION or root.signature in ("disk_full", "shm_exhausted")) and root.kind == "log" \
-            and not ranks:
+    if (category in _OWN_CODE or root.signature in ("disk_full", "shm_exhausted")) and root.kind == "log" and not ranks:
         ranks = lone_exit_rank(f.hits)  # an unranked traceback (or OSError): the one task that exited on its own
     if category is Category.HOST and root.kind == "log" and not ranks and not any(c.nodes for c in co):
         ranks = lone_exit_tasks(f.hits)  # a node's fault that names no node: the one node srun saw fail on its own
