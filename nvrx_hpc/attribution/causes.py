@@ -13,7 +13,7 @@ from nvrx_hpc.attribution.inputs import Event, FailureRecord, HealthProblem
 from nvrx_hpc.attribution.lines import hit_ranks
 from nvrx_hpc.attribution.resources import DiskRow
 
-__all__ = ["Cause", "Findings", "cause_key", "gather_causes"]
+__all__ = ["Cause", "Findings", "cause_key", "gather_causes", "unplaced_gpu_error"]
 
 _STRENGTH = {Role.ROOT: 3, Role.WEAK: 2, Role.CASCADE: 1, Role.CONTEXT: 0}
 _SLURM_STATES = {  # job state -> (category, strength, restartable, text)
@@ -193,3 +193,9 @@ def cause_key(c: Cause) -> tuple:
     if c.kind in ("log", "slurm") and when == int(when):
         when += 0.999  # a log stamp to the second: anything inside that second may have come first
     return (c.time is None, when, c.order)
+
+
+def unplaced_gpu_error(c: Cause) -> bool:
+    """A process's own GPU error (`CUDA error: unknown error`) that names no GPU and no node: how a process sees its
+    node going down as well as its GPU failing."""
+    return c.category is Category.GPU_HARDWARE and c.kind == "log" and not c.nodes and not c.gpus

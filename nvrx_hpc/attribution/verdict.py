@@ -28,7 +28,7 @@ from nvrx_hpc.attribution.api import (
     Verdict,
 )
 from nvrx_hpc.attribution.bridge_host import bridge_advertiser
-from nvrx_hpc.attribution.causes import Cause, Findings, cause_key, gather_causes
+from nvrx_hpc.attribution.causes import Cause, Findings, cause_key, gather_causes, unplaced_gpu_error
 from nvrx_hpc.attribution.dcp_ranks import failed_ranks
 from nvrx_hpc.attribution.dead_peer import killed_first
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, LINK_EVENTS, SET_UP_SIGNATURES, fabric_wide
@@ -135,11 +135,11 @@ def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause |
         if why:
             root = min(why, key=cause_key)
     root = _specific(root, causes)
-    if root.category is Category.NETWORK and root.time is not None:
+    if (root.category is Category.NETWORK and root.time is not None) or unplaced_gpu_error(root):
         # the peers of a node that went down see their links fail before the scheduler declares it lost (after its
-        # timeout): that node's loss is the cause (round 83's check of the stamped corpus)
-        lost = [c for c in causes if c.signature in NODE_LOST and c.strength == 3 and c.time is not None
-                and 0 <= c.time - root.time <= _LOST_AFTER_S]
+        # timeout), a process on it a CUDA error (round 100e): that node's loss is the cause (round 83)
+        lost = [c for c in causes if c.signature in NODE_LOST and c.strength == 3 and (root.time is None or (
+            c.time is not None and 0 <= c.time - root.time <= _LOST_AFTER_S))]
         if lost:
             root = min(lost, key=cause_key)
     if root.signature == "slurm_node_prolog_error":

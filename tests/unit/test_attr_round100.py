@@ -1,6 +1,7 @@
 """Rules drawn from round 100 after its first contact was scored: a launcher's NIC health check names the node whose
 port went down, a framework's own error printed with no rank is the one task that exited with a code of its own,
-and a launcher that echoes its machine's index and GPU count places its spawned workers."""
+and a launcher that echoes its machine's index and GPU count places its spawned workers; a CUDA error naming no GPU
+before a node failure is that node lost."""
 
 from __future__ import annotations
 
@@ -39,3 +40,15 @@ def test_a_spawned_workers_rank_is_its_machines_index_times_its_gpus_plus_its_ow
     assert list(v.culprit.ranks) == [11]
     both = [head.format(m=0), head.format(m=1), *one[1:]]  # two machines' lines in one stream: which one is unsure
     assert list(_verdict(tmp_path / "both", {"out.txt": both}).culprit.ranks) != [11]
+
+
+def test_a_processs_cuda_error_that_names_no_gpu_before_its_node_is_lost_is_the_node(tmp_path):
+    log = ["terminate called after throwing an instance of 'c10::CUDAError'", "  what():  CUDA error: unknown error",
+           "Exception raised from query at ../aten/src/ATen/cuda/CUDAEvent.h:91 (most recent call first):",
+           "srun: error: Node failure on a100-n046",
+           "slurmstepd: error: *** STEP 1913352.0 ON a100-n041 CANCELLED AT 2023-03-10T11:48:09 ***"]
+    v = _verdict(tmp_path, {"main_log.txt": log})
+    assert v.category is Category.HOST and list(v.culprit.nodes) == ["a100-n046"]
+    xid = ["Mar 10 11:47:02 a100-n046 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1873302, GPU has fallen off the "
+           "bus."]
+    assert _verdict(tmp_path / "xid", {"main_log.txt": log, "a100-n046.kern.log": xid}).category is Category.GPU_HARDWARE
