@@ -51,4 +51,5 @@ def test_a_processs_cuda_error_that_names_no_gpu_before_its_node_is_lost_is_the_
     assert v.category is Category.HOST and list(v.culprit.nodes) == ["a100-n046"]
     xid = ["Mar 10 11:47:02 a100-n046 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1873302, GPU has fallen off the "
            "bus."]
-    assert _verdict(tmp_path / "xid", {"main_log.txt": log, "a100-n046.kern.log": xid}).category is Category.GPU_HARDWARE
+    with_xid = _verdict(tmp_path / "xid", {"main_log.txt": log, "a100-n046.kern.log": xid})
+    assert with_xid.category is Category.GPU_HARDWARE
