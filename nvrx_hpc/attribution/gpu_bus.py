@@ -43,15 +43,9 @@ def ranks_on_buses(
 ) -> list[int]:
     """Global ranks whose NCCL world communicator ran on one of `gpus` (Xid bus ids) on one of `nodes`; or the
     rank at the index of the one GPU an `nvidia-smi` listing names (smi_sections.py)."""
-    listed = {f"{h.node}:{h.gpu}" if h.node else str(h.gpu) for h in hits if "smi_index" in h.fields} & set(gpus)
-    if len(listed) == 1:
-        host, _, index = next(iter(listed)).rpartition(":")
-        rank = block_rank(rank_nodes or {}, host, int(index)) if index.isdigit() else None
-        hosts = {h.node for h in hits} - {None}
-        if rank is None and index.isdigit() and len(hosts) <= 1 and (not host or hosts <= {host}):
-            rank = int(index)  # a job on that one host: local rank i is rank i
-        if rank is not None:
-            return [rank]
+    listed = _rank_on_listed_gpu(gpus, hits, rank_nodes or {})
+    if listed:
+        return listed
     buses = {b for g in gpus if (b := _xid_bus(g)) is not None}
     hosts = {h.node for h in hits if h.node}
     if not nodes and len(hosts) <= 1:
@@ -66,6 +60,22 @@ def ranks_on_buses(
         if m and h.fields.get("world") == str(world) and _nccl_bus(h.fields["bus"]) in buses:
             found.add(int(m.group(1)))
     return sorted(found) or _ranks_on_indexes(buses, nodes, hits, rank_nodes or {})
+
+
+def _rank_on_listed_gpu(gpus: Iterable[str], hits: Sequence[Hit], rank_nodes: Mapping[int, str]) -> list[int]:
+    """[rank] on the one GPU of `gpus` an nvidia-smi listing gave by index: its host's rank at that index, or the
+    index itself on a job of that one host (local rank i is rank i)."""
+    listed = {f"{h.node}:{h.gpu}" if h.node else str(h.gpu) for h in hits if "smi_index" in h.fields} & set(gpus)
+    if len(listed) != 1:
+        return []
+    host, _, index = next(iter(listed)).rpartition(":")
+    if not index.isdigit():
+        return []
+    rank = block_rank(rank_nodes, host, int(index))
+    hosts = {h.node for h in hits} - {None}
+    if rank is None and len(hosts) <= 1 and (not host or hosts <= {host}):
+        rank = int(index)
+    return [] if rank is None else [rank]
 
 
 def _ranks_on_indexes(

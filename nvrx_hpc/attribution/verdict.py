@@ -82,7 +82,7 @@ _RAY_ADDRESS = re.compile(r"^\([\w-]+(?:,? pid=\d+)?, ip=([\d.]+)\)|Memory on th
 # the node a Ray memory kill was on, in the raylet's report or the memory monitor's: where no log names its host
 _RAY_KILLED_ON = re.compile(r"\bat node \(ID: \w+, IP: ([\d.]+)\)|Memory on the node \(IP: ([\d.]+),")
 
-_CUDA_LEVEL = re.compile(r"CUDA error|CUDA out of memory|cuda runtime error|CUBLAS_STATUS|ncclUnhandledCudaError|"
+_UNDER_THE_GPU = re.compile(r"CUDA error|CUDA out of memory|cuda runtime error|CUBLAS_STATUS|ncclUnhandledCudaError|"
                          r"Segmentation fault")  # a crash under a failing GPU's memory (round 98d)
 # A rank that timed out waiting for another's NCCL unique id in the store: the other never got to its communicator
 _UNIQUE_ID_WAIT = re.compile(r"retrieving ncclUniqueId from \[(\d{1,7})\] via c10d key-value store[^\n]*"
@@ -148,10 +148,10 @@ def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause |
                and set(c.nodes) & set(root.nodes)]
         if gpu:
             return min(gpu, key=cause_key), ()
-    if root.category in (Category.APPLICATION, Category.FRAMEWORK_CRASH):
+    if root.category in _OWN_CODE:
         nodes = set(root.nodes) | {rank_nodes[r] for r in root.ranks if r in rank_nodes}
-        # a CUDA-level error is also explained by weaker evidence of its GPU (nvidia-smi's ECC count, round 64b)
-        least = 2 if _CUDA_LEVEL.search(root.evidence.text) else 3
+        # a CUDA-level error or a crash is also explained by weaker evidence of its GPU (nvidia-smi's ECC count, 64b)
+        least = 2 if _UNDER_THE_GPU.search(root.evidence.text) else 3
         for c in sorted(causes, key=cause_key):
             if c.category is Category.GPU_HARDWARE and c.strength >= least and (set(c.nodes) & nodes or
                                                                                 set(c.ranks) & set(root.ranks)):
