@@ -15,6 +15,7 @@ from datetime import datetime
 from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.collector_clock import LEAD_BEHIND, LEAD_ONLY
 from nvrx_hpc.attribution.exception_roles import exception_role
+from nvrx_hpc.attribution.signature_index import signatures_for
 from nvrx_hpc.attribution.signatures import CATALOG, Signature
 
 __all__ = ["classify_line", "parse_time", "read_header", "LineContext", "split_prefix", "split_prefixes", "ranks_of",
@@ -357,7 +358,7 @@ def classify_line(
     body = text
     if (ray := _RAY_ACTOR.match(text)) and ray.group("rank") is not None:  # the launcher's prefix is not the line's
         body, prefix_rank = text[ray.end() :], prefix_rank if prefix_rank is not None else int(ray.group("rank"))
-    for sig in catalog:
+    for sig in signatures_for(body, catalog):
         m = sig.compiled().search(body)
         if m:
             break

@@ -135,6 +135,29 @@ class _Re2Finder:
             pos = n if end < 0 else end + 1
 
 
+_Finder = _PythonFinder | _HyperscanFinder | _Re2Finder
+_PREPARED: dict[tuple[int, str], tuple[tuple[Signature, ...], list[str], _Finder]] = {}
+
+
+def _prepared(catalog: tuple[Signature, ...], engine: str) -> tuple[list[str], _Finder]:
+    """The catalog's anchors and its finder for `engine`, made once per process: they cost more than scanning a
+    job's logs (tens of ms, the hyperscan database most), and a service or the evaluation harness attributes many."""
+    key = (id(catalog), engine)
+    entry = _PREPARED.get(key)
+    if entry is None or entry[0] is not catalog:  # kept beside its catalog, so an id is never reused while cached
+        if len(_PREPARED) > 16:  # catalogs made on the fly (tests): keep the cache small
+            _PREPARED.clear()
+        anchors = prefilter_anchors(catalog)
+        if engine == "hyperscan":
+            finder: _Finder = _HyperscanFinder(anchors)
+        elif engine == "re2":
+            finder = _Re2Finder(catalog)
+        else:  # grep works on files; text given in memory goes through the python finder
+            finder = _PythonFinder(anchors)
+        entry = _PREPARED[key] = (catalog, anchors, finder)
+    return entry[1], entry[2]
+
+
 class Scanner:
     """Scans text and files against a catalog. `engine`: one of ENGINES (default auto); files are read
     `chunk_size` bytes at a time (cut at the last newline).
@@ -157,13 +180,7 @@ class Scanner:
                 hint="pip install hyperscan / google-re2, or use auto",
             )
         self.engine = present[0] if engine == "auto" else engine
-        self.anchors = prefilter_anchors(catalog)
-        if self.engine == "hyperscan":
-            self._finder = _HyperscanFinder(self.anchors)
-        elif self.engine == "re2":
-            self._finder = _Re2Finder(catalog)
-        else:  # grep works on files; text given in memory goes through the python finder
-            self._finder = _PythonFinder(self.anchors)
+        self.anchors, self._finder = _prepared(catalog, self.engine)
 
     # ---- text in memory ------------------------------------------------------------------------
     def scan_bytes(self, data: bytes, ctx: LineContext, *, first_line: int = 1) -> list[Hit]:

@@ -13,6 +13,7 @@ import pytest
 from nvrx_hpc.attribution.api import Category, Role
 from nvrx_hpc.attribution.lines import LineContext, classify_line, parse_time, split_prefix
 from nvrx_hpc.attribution.scanner import Scanner, available_engines, prefilter_anchors
+from nvrx_hpc.attribution.signature_index import signatures_for
 from nvrx_hpc.attribution.signatures import CATALOG, catalog_by_id
 from nvrx_hpc.core.errors import AttributionError
 
@@ -46,6 +47,31 @@ def test_prefilter_keeps_an_anchor_for_every_signature():
     for sig in CATALOG:
         for anchor in sig.anchors:
             assert any(k in anchor for k in kept), anchor
+
+
+def _first_match(line: str, signatures) -> str | None:
+    return next((sig.id for sig in signatures if sig.compiled().search(line)), None)
+
+
+def test_the_anchor_index_picks_the_signature_the_whole_catalog_would():
+    # every example line, and the lines with an anchor in a sample of the corpus: trying only the signatures
+    # whose anchors a line holds must give the first match of the whole catalog, in its order
+    corpus = Path(__file__).resolve().parents[1] / "fixtures" / "attribution_corpus"
+    lines = [line for sig in CATALOG for line in sig.examples]
+    anchors = prefilter_anchors()
+    for path in sorted(p for p in corpus.rglob("*") if p.is_file() and ".label." not in p.name)[::15]:
+        text = path.read_text(errors="replace").splitlines()
+        lines.extend(line for line in text if any(a in line for a in anchors))
+    assert len(lines) > 2000
+    for line in lines:
+        assert _first_match(line, signatures_for(line, CATALOG)) == _first_match(line, CATALOG), line
+
+
+def test_a_catalog_s_anchors_and_finder_are_made_once_per_process():
+    first, again = Scanner(engine="python"), Scanner(engine="python")
+    assert first._finder is again._finder and first.anchors is again.anchors
+    other = Scanner(catalog=CATALOG[:5], engine="python")
+    assert other._finder is not first._finder and len(other.anchors) < len(first.anchors)
 
 
 @pytest.mark.parametrize(
