@@ -60,7 +60,7 @@ from nvrx_hpc.attribution.ray_actor import dead_actor_pids
 from nvrx_hpc.attribution.resources import DiskRow, shm_bus_errors
 from nvrx_hpc.attribution.scanner import Scanner
 from nvrx_hpc.attribution.single_process import single_process_rank
-from nvrx_hpc.attribution.smi_sections import smi_csv_throttles, smi_section_gpus
+from nvrx_hpc.attribution.smi_sections import smi_csv_throttles, smi_low_pstate, smi_section_gpus
 from nvrx_hpc.attribution.spawn_ranks import spawn_ranks
 from nvrx_hpc.attribution.srun_cancel import hang_before_limit, hung_cancels, other_jobs_ends, own_cancels
 from nvrx_hpc.attribution.stall import stalled_before_limit
@@ -276,6 +276,7 @@ def analyze(
     hits = shared_node_ranks(hang_before_limit(hung_cancels(own_cancels(other_jobs_ends(hits)))))
     by_source = {files.source(p): p for p in files.logs}
     hits = smi_csv_throttles(smi_section_gpus(stalled_before_limit(hits, by_source), by_source), by_source)
+    hits = smi_low_pstate(hits)
     hits = single_process_rank(place_on_batch_host(store_on_rank0(hits)))
     hits = lone_stalled_path(first_gpu_reporter(place_lost_daemon(named_pair_ranks(hits, rank_hosts))))
     hits = drifted_fingerprints(refused_everywhere(hits))

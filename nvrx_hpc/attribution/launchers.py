@@ -235,6 +235,13 @@ def _ranks_beyond_labels(hits: Sequence[Hit]) -> bool:
     return len(beyond) >= 2
 
 
+def _box_under_other_label(hits: Sequence[Hit]) -> bool:
+    """torchrun's failure box, printed under srun's label L, names a global rank other than L: the label counts the
+    node's torchrun, not its ranks (round 101b: `2:   rank : 9 (local_rank: 1)`)."""
+    return any(h.signature == "elastic_box_rank" and h.rank is not None
+               and h.fields.get("srun_label") not in (None, str(h.rank)) for h in hits)
+
+
 def _ds_per_node(hits: Sequence[Hit]) -> bool:
     """srun reported tasks of a job whose DeepSpeed launcher printed its `global_rank_mapping=`: that mapping is
     printed by `deepspeed.launcher.launch`, one per node, so srun's tasks were those launchers (round 21)."""
@@ -254,7 +261,8 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
             != h.fields.get("srun_label") for h in hits) and not any(
             h.signature == "torchrun_cmd" and _SRUN_TORCHRUN.search(h.text) or _RAY_TRAIN.match(h.text)
             or h.signature == "srun_node_rank_launch" for h in hits
-    ) and not _one_task_a_node(hits) and not _ds_per_node(hits) and not _ranks_beyond_labels(hits):
+    ) and not _one_task_a_node(hits) and not _ds_per_node(hits) and not _ranks_beyond_labels(hits) \
+            and not _box_under_other_label(hits):
         return list(hits), False
     task_host: dict[str, str] = {}
     for h in hits:

@@ -82,6 +82,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
          "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),oom_memcg=/slurm/uid_1/job_4/step_0/task_3,"
          "task=python,pid=8812,uid=1"),
     ),
+    Signature(  # the kernel's OOM killer found nothing it may kill (every process of the cgroup is exempt,
+        # oom_score_adj -1000): the allocation stalls, and so does the job on that node until something ends it (101f)
+        "oom_no_killable", _H, _ROOT, r"Out of memory and no killable processes",
+        ("no killable processes",), False, "the kernel ran out of memory and found no process it could kill",
+        ("[845472.118863] Out of memory and no killable processes...",),
+    ),
     Signature(  # the kernel gave up: the node went down with every process on it, a node lost (round 99e: a kdump's
         # vmcore-dmesg the only trace, the other node's ranks timing out on it)
         "kernel_panic", _H, _ROOT, r"Kernel panic - not syncing", ("Kernel panic",), True,
@@ -373,6 +379,13 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("RuntimeError: Address already in use",
          "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
          "port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use"),
+    ),
+    Signature(  # rank 0's store may not listen on its port: one below 1024, or one a policy forbids (round 101c)
+        "store_port_denied", _A, _ROOT,
+        r"[Ss]erver socket has failed to (?:bind|listen)[^\n]*(?:EACCES|[Pp]ermission denied)",
+        ("socket has failed to",), False, "the rendezvous store may not listen on its port (rank 0's store)",
+        ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+         "port: 1, useIpv6: false, code: -13, name: EACCES, message: permission denied",),
     ),
     Signature(  # a launcher's remote shell refused: the job's passwordless ssh was never set up (round 81)
         "ssh_auth_denied", _A, _ROOT,

@@ -31,6 +31,16 @@ HANG: tuple[Signature, ...] = (
         ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
          "CollectiveFingerPrint(SequenceNumber=12, OpType=ALLREDUCE, TensorShape=[]), but Rank 3 is running ...",),
     ),
+    Signature(  # one rank alone at the barrier of a group made after the default one (key 2 on): its code took a path
+        # of its own into `new_group` that the others never took (round 101a); the default group's barrier (key 1),
+        # reached by some, says instead that the others never started
+        "new_group_alone", _D, _ROOT,
+        r"Timed out initializing process group in store based barrier on rank:? (?P<rank>\d+), for key: "
+        r"store_based_barrier_key:(?!1\b)\d+ \(world_size=\d+, worker_count=1\b",
+        ("store based barrier",), False, "one rank alone made a process group the others never made",
+        ("RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for key: "
+         "store_based_barrier_key:2 (world_size=16, worker_count=1, timeout=0:30:00)",),
+    ),
     Signature(  # TORCH_NCCL_DESYNC_DEBUG's report, printed by each rank that timed out: the rank it names finished
         # the collective before and never joined the one the others wait on (round 95b); the late rank, named
         "desync_report_late_rank", _D, _ROOT,

@@ -324,6 +324,22 @@ NETWORK: tuple[Signature, ...] = (
         ("master_addr is only used",), False, "torchrun ignored --master_addr (c10d rendezvous without an endpoint)",
         ("master_addr is only used for static rdzv_backend and when rdzv_endpoint is not specified.",),
     ),
+    Signature(  # the store's address is several hosts, or a node list never expanded (`MASTER_ADDR` set from
+        # `$SLURM_JOB_NODELIST`): no host has that name, on any node (round 101f)
+        "store_address_host_list", _A, _ROOT,
+        r"(?:trying to connect to|network addresses of) "
+        r"\((?P<addr>[\w.-]+(?:,[\w.-]+)+|[\w.-]*\[[\d,-]+\][\w.-]*), \d+\)",
+        ("trying to connect to (", "network addresses of ("), False,
+        "the rendezvous store's address {addr} is a list of hosts, not one host",
+        ("torch.distributed.DistNetworkError: The client socket has timed out after 600000ms while trying to connect "
+         "to (dgx-a14,dgx-b03, 15517).",),
+    ),
+    Signature(  # torchrun's agent prints its rendezvous id at start: agents of one job under different ids each wait
+        # at a rendezvous of their own (rendezvous_split.py, round 101f)
+        "torchrun_run_id", _A, Role.CONTEXT, r"(?:^|\.py:\d+\])\s*run_id +: (?P<run_id>[\w.-]+)\s*$",
+        ("run_id",), None, "torchrun's rendezvous id {run_id}",
+        ("I0411 11:02:46.412000 2907 dist-packages/torch/distributed/launcher/api.py:194]   run_id           : 413",),
+    ),
     Signature(
         "store_failure", _N, _WEAK,
         r"(?:RendezvousTimeoutError|RendezvousClosedError|DistStoreError|TCPStore[^\n]*(?:Connection reset|"

@@ -197,6 +197,12 @@ NODE: tuple[Signature, ...] = (
         ("Active",), True, "a GPU's row of an nvidia-smi query shows a clock event reason active",
         ("2025/03/12 15:03:18.144, 1, 87, 510 MHz, 277.00 W, 100 %, 0x0000000000000020, Active, Not Active",),
     ),
+    Signature(  # `nvidia-smi -q`'s performance state of a GPU: a fact, until one GPU of a listing stands out in an idle
+        # state while the others work (smi_sections.py makes it that GPU's slowdown, round 101h)
+        "smi_perf_state", _G, _CTX, r"^\s*Performance State\s*: P(?P<pstate>\d{1,2})\s*$",
+        ("Performance State",), True, "a GPU's performance state is P{pstate}",
+        ("    Performance State                     : P8",),
+    ),
     Signature(  # the driver's word that a GPU must be reset before it works again: its GSP firmware calls failing with
         # NV_ERR_RESET_REQUIRED, `nvidia-smi -q -d RESET_STATUS` saying so (round 88b); the card's, restartable
         # without it

@@ -11,6 +11,10 @@ The GPU is then named by its index, as NCCL's `[5]` names a line's, and local ra
 `nvidia-smi --query-gpu=index,...,clocks_event_reasons.hw_thermal_slowdown --format=csv` prints a row a GPU, and
 only its header says which column an `Active` is in: a row whose thermal or hardware slowdown column is active is
 that GPU slowing down (the older name of these columns is `clocks_throttle_reasons`).
+
+A listing taken while the job runs, in which every GPU but one is in a working performance state (P0 to P2) and that
+one sits in an idle one (P5 or lower), shows that GPU held back: its rank runs slower than its peers (round 101h, a
+card stuck in P8 until its clocks were set again).
 """
 
 from __future__ import annotations
@@ -22,13 +26,14 @@ from pathlib import Path
 
 from nvrx_hpc.attribution.api import Category, Hit, Role
 
-__all__ = ["smi_csv_throttles", "smi_section_gpus"]
+__all__ = ["smi_csv_throttles", "smi_low_pstate", "smi_section_gpus"]
 
 _SECTION = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 _PICKED = re.compile(r"\bnvidia-smi\b.*?(?:-i|--id)[ =](?P<ids>[\w:.,-]+)")
 _SMI_Q = re.compile(r"\bnvidia-smi\b.*\s(?:-q|--query)\b")
 _SLOWDOWN_COLUMN = re.compile(r"(?:clocks_event_reasons|clocks_throttle_reasons)\.(?:hw_thermal_slowdown|"
                               r"sw_thermal_slowdown|hw_slowdown)\b")
+_WORKING, _IDLE = 2, 5  # the deepest performance state of a GPU at work, the first of an idle one
 _READ_LIMIT = 8 << 20  # nvidia-smi output is small; a large file is a log that merely quotes it
 
 
@@ -120,3 +125,20 @@ def smi_csv_throttles(hits: Sequence[Hit], paths: Mapping[str, Path]) -> list[Hi
                                         summary="a GPU slows its clocks down (a thermal or hardware slowdown)")
         out.append(h)
     return out
+
+
+def smi_low_pstate(hits: Sequence[Hit]) -> list[Hit]:
+    """`hits` where the one GPU of an `nvidia-smi -q` listing that idles while the others work becomes its slowdown."""
+    states: dict[str, dict[str, Hit]] = {}
+    for h in hits:
+        if h.signature == "smi_perf_state" and h.gpu is not None:
+            states.setdefault(h.source, {}).setdefault(h.gpu, h)
+    low = set()
+    for listing in states.values():
+        idle = [h for h in listing.values() if int(h.fields["pstate"]) >= _IDLE]
+        working = [h for h in listing.values() if int(h.fields["pstate"]) <= _WORKING]
+        if len(idle) == 1 and len(working) >= 2 and len(idle) + len(working) == len(listing):
+            low.add(id(idle[0]))
+    return [dataclasses.replace(h, signature="gpu_thermal_slowdown", role=Role.ROOT,
+                                summary=f"a GPU idles in performance state P{h.fields['pstate']} while its peers work")
+            if id(h) in low else h for h in hits]

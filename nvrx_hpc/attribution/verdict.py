@@ -59,10 +59,12 @@ from nvrx_hpc.attribution.lost_node import lost_host, ranks_of_lost_node, taken_
 from nvrx_hpc.attribution.node_wide import node_alone, node_wide_ranks
 from nvrx_hpc.attribution.peers import names_peer, peer_suspect, peerless
 from nvrx_hpc.attribution.recurrence import recurs_across_runs, same_node_every_run
+from nvrx_hpc.attribution.rendezvous_split import own_rendezvous
 from nvrx_hpc.attribution.resources import judge, killed_workers_ranks
 from nvrx_hpc.attribution.signatures import NODE_LOST_SIGNATURES as NODE_LOST
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
 from nvrx_hpc.attribution.timeline import build_timeline
+from nvrx_hpc.attribution.unique_id_wait import waited_for_id
 
 __all__ = ["Findings", "decide", "DEFAULT_RESTARTABLE"]
 
@@ -84,10 +86,8 @@ _RAY_KILLED_ON = re.compile(r"\bat node \(ID: \w+, IP: ([\d.]+)\)|Memory on the 
 
 _UNDER_THE_GPU = re.compile(r"CUDA error|CUDA out of memory|cuda runtime error|CUBLAS_STATUS|ncclUnhandledCudaError|"
                          r"Segmentation fault")  # a crash under a failing GPU's memory (round 98d)
-# A rank that timed out waiting for another's NCCL unique id in the store: the other never got to its communicator
-_UNIQUE_ID_WAIT = re.compile(r"retrieving ncclUniqueId from \[(\d{1,7})\] via c10d key-value store[^\n]*"
-                             r"(?:wait timeout|timed out|Socket Timeout)")
 _ENDED_BY_OPERATOR = ("k8s_pod_deleted", "k8s_node_drained")
+_HELD_BACK = ("gpu_thermal_slowdown", "oom_no_killable")
 _OWN_CODE = (Category.APPLICATION, Category.FRAMEWORK_CRASH)  # a process's own error: its own exit names it (100c)
 _OWN_FAILURES = (Category.APPLICATION, Category.FRAMEWORK_CRASH, Category.NUMERICAL, Category.GPU_HARDWARE,
                  Category.HOST, Category.NETWORK)
@@ -156,8 +156,9 @@ def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause |
             if c.category is Category.GPU_HARDWARE and c.strength >= least and (set(c.nodes) & nodes or
                                                                                 set(c.ranks) & set(root.ranks)):
                 return c, root.ranks
-    if root.category is Category.SCHEDULER and (slow := [c for c in usable if c.signature == "gpu_thermal_slowdown"]):
-        return min(slow, key=cause_key), ()  # a GPU slowed by its heat held the job back until it was ended (round 98)
+    if root.category is Category.SCHEDULER and (slow := [c for c in usable if c.signature in _HELD_BACK]):
+        return min(slow, key=cause_key), ()  # a GPU slowed by its heat, or a node's memory, held the job back until it
+        # was ended (round 98, 101f)
     if root.signature in (*_ENDED_BY_OPERATOR, "stall_before_time_limit"):
         # a pod deleted or a node drained may be the cleanup after a failure the logs show, and a silence before a
         # time limit the hang that failure left: that failure, if any (round 87a's rank claimed twice)
@@ -225,10 +226,8 @@ def decide(f: Findings) -> Verdict:
     co = [c for c in causes if c.key == root.key and c.strength == root.strength]
     ranks = sorted({r for c in co for r in c.ranks} | set(hit_ranks))
     nodes_from_co = True
-    waits = [_UNIQUE_ID_WAIT.search(c.evidence.text) for c in co]
-    waited = {int(m.group(1)) for m in waits if m}
-    if all(waits) and len(waited) == 1 and not waited & set(ranks):
-        ranks, nodes_from_co = sorted(waited), False  # they all timed out waiting for that rank's NCCL id (90d)
+    if (waited := waited_for_id((c.evidence.text for c in co), ranks)) is not None:
+        ranks, nodes_from_co = [waited], False  # they all timed out waiting for that rank's NCCL id (90d)
     diverged = False  # the ranks' code took different paths into the hang: a restart replays it
     category = root.category
     found_by = ""
@@ -251,6 +250,8 @@ def decide(f: Findings) -> Verdict:
         if how == "elsewhere":  # the hosts the suspects' own dumps were taken on
             rank_nodes = {**dump_hosts(f.hits), **rank_nodes}
         diverged = how in DIVERGED
+    elif waited is not None and root.strength == 1:  # a rank that never came to its communicator: a hang (101a)
+        category, found_by = Category.DISTRIBUTED_HANG, "; the others timed out waiting for its NCCL unique id"
     elif root.strength == 1:
         # Only teardown lines (srun task exits, torchrun's summary, terminate): the failure is real,
         # its cause is not in these logs.
@@ -279,8 +280,8 @@ def decide(f: Findings) -> Verdict:
         listed = sorted(dcp) if dcp and dcp < set(ranks) else []
     if listed:
         ranks, nodes_from_co = listed, False  # every rank raises a checkpoint's failure: those it lists failed
-    if root.kind == "log" and every_node_alike(root.signature, f.hits, rank_nodes, {*f.listed_nodes, *f.job_nodes},
-                                               weak=(category, root.strength) in _ALIKE):
+    if root.kind == "log" and waited is None and every_node_alike(root.signature, f.hits, rank_nodes, {
+            *f.listed_nodes, *f.job_nodes}, weak=(category, root.strength) in _ALIKE):
         ranks, nodes_from_co = [], False  # every node of the job ended alike: none stands out (a framework
         # crash that several ranks met alike is then not restartable, below; a network error is the fabric's)
     if category is Category.APPLICATION and root.kind == "log" and not listed and raised_alike(
@@ -397,9 +398,8 @@ def decide(f: Findings) -> Verdict:
         nodes = killed_on[:1]  # Ray's own report of the kill names the node, by address (round 78a)
     # a node named by its address is the host the logs pair that address with (Ray's `ip:`, round 14b)
     nodes, gpus = short_hosts([f.addr_hosts.get(n, n) for n in nodes]), short_hosts(gpus)
-    if root.signature == "store_failure" and any(h.signature == "master_addr_ignored" for h in f.hits):
-        category, ranks, nodes, gpus = Category.APPLICATION, [], [], []  # the launch command (signatures_network)
-        found_by = "; torchrun ignored --master_addr, so each node waited at a rendezvous of its own"
+    if (split := own_rendezvous(root.signature, f.hits)) is not None:
+        category, ranks, nodes, gpus, found_by = Category.APPLICATION, [], [], [], f"; {split}"  # the launch command
     held = root.signature == "cuda_oom" and root.kind == "log" and len(nodes) <= 1 and gpus_held_by_others(co)
     if held:
         category, ranks, gpus = Category.HOST, [], []
