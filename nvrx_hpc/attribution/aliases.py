@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from nvrx_hpc.attribution.api import Hit
 
@@ -95,10 +95,11 @@ def _listed_addresses(data: bytes, pods: bool = False) -> dict[str, str]:
 
 
 def apply_aliases(
-    hits: Sequence[Hit], rank_hosts: dict[int, str], addr_hosts: dict[str, str], aliases: Mapping[str, str]
+    hits: Sequence[Hit], rank_hosts: dict[int, str], addr_hosts: dict[str, str], aliases: Mapping[str, str],
+    hosts: Iterable[str] = (),
 ) -> list[Hit]:
     """`hits` with each node under its Slurm name; `rank_hosts` and `addr_hosts` renamed in place, and every
-    aliased address added to `addr_hosts`."""
+    aliased address added to `addr_hosts`. `hosts`: other host names the logs give (a shell prompt's)."""
     for r, host in rank_hosts.items():
         rank_hosts[r] = aliases.get(host, host)
     for addr, host in addr_hosts.items():
@@ -109,7 +110,8 @@ def apply_aliases(
     # A line placed by an address only (a lost node's address, Ray's `ip=` prefix) is on the host the logs
     # pair that address with; an address they pair with no host places nothing.
     names = {**{a: h for a, h in addr_hosts.items() if a[:1].isdigit() or ":" in a}, **aliases}
-    for host in {h.node for h in hits if h.node}:  # EC2's own host names spell their address (round 35)
+    for host in {h.node for h in hits if h.node} | set(hosts):  # EC2's host names spell their address (round 35;
+        # a prompt's, `ubuntu@ip-172-31-27-190:~$`, round 102h)
         m = _EC2_HOST.match(host)
         if m:
             names.setdefault(".".join(m.groups()), host)

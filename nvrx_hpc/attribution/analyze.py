@@ -257,7 +257,7 @@ def analyze(
                                listed, aliases, at_prompts, calls, file_ranks, shells, pods)
     # a pod the logs' lines name (its host name, before it becomes its node's): the job's, not a listing's neighbour
     named = {h.node for h in hits if h.node} | set(rank_hosts.values())
-    hits = place_by_file_host(apply_aliases(hits, rank_hosts, addr_hosts, aliases),
+    hits = place_by_file_host(apply_aliases(hits, rank_hosts, addr_hosts, aliases, {*at_prompts, *shells.named}),
                               {*listed, *rank_hosts.values()})  # fmt: skip
     hits = place_by_one_host_file(hits, file_ranks)
     hits = drop_lagging_collector_stamps(shm_bus_errors(other_pid_dumps(hits), disks))

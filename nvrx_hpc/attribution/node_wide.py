@@ -3,7 +3,8 @@
 An Xid or an ECC error belongs to one GPU, and so to the rank on it. NVLink SHARP (NVLS) multicast and the
 fabric manager are the node's NVSwitch fabric: when they fail, every GPU of the node fails alike, even though
 only the ranks that got as far as printing name themselves. A file missing from a node-local path
-(`/data/local_nvme/cache/...`) is missing for every process of that node. The culprit is then the node's whole
+(`/data/local_nvme/cache/...`) is missing for every process of that node, unless it is one process's temporary
+file that another renamed or removed under it. The culprit is then the node's whole
 block of ranks, as the rank map places them.
 """
 
@@ -21,13 +22,17 @@ __all__ = ["node_alone", "node_wide_ranks"]
 NODE_WIDE_SIGNATURES = frozenset({"nccl_nvls_failure", "cuda_system_not_ready", "fabric_manager_failed"})
 _NODE_WIDE_TEXT = re.compile(r"\bNVLS\b|[Mm]ulticast")  # not a fabric manager line: it may name one GPU's port
 _MISSING_FILE = re.compile(r"No such file or directory: '(/[^']+)'")
+# a process's own temporary file (`triton_.cubin.tmp.pid_211874_583021`) that another process renamed or removed
+# under it: a race one process lost, not a file the node lacks (round 102f)
+_TEMP_NAME = re.compile(r"(?:^|[._])tmp(?:[._]|$)|\.pid_?\d+|\.partial$")
 
 
 def _node_wide(category: Category, signature: str, text: str) -> bool:
     if category is Category.GPU_HARDWARE:
         return signature in NODE_WIDE_SIGNATURES or bool(_NODE_WIDE_TEXT.search(text))
     missing = _MISSING_FILE.search(text) if category is Category.APPLICATION else None
-    return missing is not None and is_local_path(missing.group(1))
+    return missing is not None and is_local_path(missing.group(1)) \
+        and not _TEMP_NAME.search(missing.group(1).rsplit("/", 1)[-1])
 
 
 def node_wide_ranks(

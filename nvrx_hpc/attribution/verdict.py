@@ -31,6 +31,7 @@ from nvrx_hpc.attribution.bridge_host import bridge_advertiser
 from nvrx_hpc.attribution.causes import Cause, Findings, cause_key, gather_causes, unplaced_gpu_error
 from nvrx_hpc.attribution.dcp_ranks import failed_ranks
 from nvrx_hpc.attribution.dead_peer import killed_first
+from nvrx_hpc.attribution.driver_skew import kernels_unfit
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, LINK_EVENTS, SET_UP_SIGNATURES, fabric_wide
 from nvrx_hpc.attribution.gpu_bus import idle_gpu_rank, rank_on_device, ranks_on_buses
 from nvrx_hpc.attribution.hang_suspects import DIVERGED, SUSPECT_WHY, dump_hosts, hang_suspects
@@ -394,29 +395,28 @@ def decide(f: Findings) -> Verdict:
         ranks = [0]  # one process on one node: the node's fault hit it (round 68a's `python train.py`)
     killed_on = [m.group(1) or m.group(2) for c in co
                  if c.kind == "log" and (m := _RAY_KILLED_ON.search(c.evidence.text))]
-    if not nodes and root.kind == "log" and killed_on:
-        nodes = killed_on[:1]  # Ray's own report of the kill names the node, by address (round 78a)
-    # a node named by its address is the host the logs pair that address with (Ray's `ip:`, round 14b)
-    nodes, gpus = short_hosts([f.addr_hosts.get(n, n) for n in nodes]), short_hosts(gpus)
+    nodes = killed_on[:1] if not nodes and root.kind == "log" and killed_on else nodes  # Ray's report of the kill (78a)
+    nodes, gpus = short_hosts([f.addr_hosts.get(n, n) for n in nodes]), short_hosts(gpus)  # an address: its host (14b)
     if (split := own_rendezvous(root.signature, f.hits)) is not None:
         category, ranks, nodes, gpus, found_by = Category.APPLICATION, [], [], [], f"; {split}"  # the launch command
     held = root.signature == "cuda_oom" and root.kind == "log" and len(nodes) <= 1 and gpus_held_by_others(co)
-    if held:
+    unfit = kernels_unfit(root.evidence.text, ranks, rank_nodes, f) if root.kind == "log" else None
+    category, skew = unfit or category, unfit is Category.HOST  # the build's, or one node's driver (driver_skew.py)
+    if held or skew:
         category, ranks, gpus = Category.HOST, [], []
-        found_by = "; another process held each rank's own GPU (a previous job's, left running on the node)"
+        found_by = "; only this node's ranks could not run the job's CUDA kernels: its driver" if skew else \
+            "; another process held each rank's own GPU (a previous job's, left running on the node)"
     shared = same_node_every_run(root.signature, f.hits) if category is Category.FRAMEWORK_CRASH else None
     if shared is not None:  # the crash came back on that node only, in runs whose other nodes changed
-        category, ranks, nodes, gpus = Category.HOST, [], [shared], []
-        found_by = f"; every run that crashed so had {shared} in it, and other nodes each time"
+        category, ranks, nodes, gpus, found_by = Category.HOST, [], [shared], [], f"; every run that crashed so had " \
+            f"{shared} in it, and other nodes each time"
     restartable = root.restartable if root.restartable is not None else DEFAULT_RESTARTABLE[category]
     if category in (Category.APPLICATION, Category.NUMERICAL):
         restartable = False  # the workload's own failure comes back on any node
-    elif category is Category.UNKNOWN:
-        restartable = True
+    elif category is Category.UNKNOWN or held or skew:
+        restartable = True  # unknown; on another node, or once the node's stale processes (or old driver) are gone
     elif resource is not None:
         restartable = resource.restartable
-    elif held:
-        restartable = True  # on another node, or once the node's stale processes are gone
     elif p2p_stall:
         restartable = False  # the host's set-up: every run on it stalls alike
     alike = not (ranks or nodes) and (len({r for c in co for r in c.ranks}) >= 2 or len(co) >= 3  # none stands out
