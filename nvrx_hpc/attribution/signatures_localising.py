@@ -301,6 +301,14 @@ LOCALISING: tuple[Signature, ...] = (
         ("torch.distributed: rank 1/4, local_rank 1, backend nccl (+gloo for cpu sync), device cuda:1",
          "[rank 5] host=ailcm-ai2 device=cuda:1 pci=0000:65:00.0"),
     ),
+    Signature(  # the start-up banner of DeiT/MAE-style and fairseq training scripts: `| distributed init (rank 7):
+        # env://, gpu 3`; under srun's label of a node's launcher its rank is the line's own (round 101h)
+        "dist_init_banner", _D, _CTX,
+        r"\bdistributed init \(rank (?P<rank>\d{1,6})\)(?:[^\n]{0,80}?\bgpu (?P<device>\d{1,2})\b)?",
+        ("distributed init (rank",), None, "a rank's start-up banner",
+        ("| distributed init (rank 7): env://, gpu 3",
+         "2023-03-19 22:41:01 | INFO | fairseq.distributed.utils | distributed init (rank 1): tcp://gpu-n11:12941"),
+    ),
     Signature(  # a traceback frame inside an installed framework (library_asserts.py: whose assertion it is)
         "library_frame", _F, _CTX,
         r"File \"(?P<path>[^\"]*/(?:site|dist)-packages/(?:[\w.+-]+\.egg/)?(?P<pkg>" + FRAMEWORK_PACKAGES + r")/"

@@ -84,3 +84,14 @@ def test_one_gpu_idling_in_a_listing_whose_others_work_is_that_gpus_slowdown(tmp
     assert [g.split(":")[-1] for g in v.culprit.gpus] == ["3"]
     idle = _verdict(tmp_path / "idle", {"kgpu12_nvidia-smi-q-perf.txt": listing([8, 8, 8, 8]), "slurm-731544.out": out})
     assert idle.category is Category.SCHEDULER  # a listing taken after the job: every GPU idles
+
+
+def test_a_ranks_start_up_banner_under_another_srun_label_makes_the_labels_launchers(tmp_path):
+    banners = [f"{r // 4}: | distributed init (rank {r}): env://, gpu {r % 4}" for r in range(8)]
+    hosts = ["0: job 731544 on kgpu07: node_rank=0", "1: job 731544 on kgpu12: node_rank=1"]
+    smi = ["$ nvidia-smi -q -d PERFORMANCE", *[line for i, p in enumerate([0, 0, 0, 8]) for line in (
+           f"GPU 00000000:{5 + i:02X}:00.0", f"    Performance State                     : P{p}")]]
+    out = [*hosts, *banners, "srun: error: kgpu12: task 1: Terminated", "srun: error: kgpu07: task 0: Terminated",
+           "slurmstepd: error: *** JOB 731544 ON kgpu07 CANCELLED AT 2021-03-18T22:45:01 DUE TO TIME LIMIT ***"]
+    v = _verdict(tmp_path, {"slurm-731544.out": out, "kgpu12_nvidia-smi-q-perf.txt": smi})
+    assert v.category is Category.GPU_HARDWARE and list(v.culprit.ranks) == [7]
