@@ -6,6 +6,10 @@ fault, but a launcher saw one rank end by SIGKILL or SIGBUS first, on another ho
 echo. The culprit is that rank; what killed it the logs do not say (no OOM line, no kernel log), so the category is
 `unknown`. The rule needs the death to come first where the logs can order it (both stamped, or one file's lines)
 and no such order to say otherwise.
+
+So is a process on the peer the errors name that raised an error of its own before them (round 103b: rank 0's
+`TypeError`, its launcher then killing its node's processes, the other node's `Got completion from peer <its
+address> with status=12`): that error is the failure, the network errors its echo.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from nvrx_hpc.attribution.api import Category, Hit, Role
+from nvrx_hpc.attribution.causes import Cause, cause_key
 
-__all__ = ["KilledFirst", "killed_first"]
+__all__ = ["KilledFirst", "killed_first", "raised_on_peer"]
 
 _EXITS = ("ds_launcher_exit", "elastic_child_failed", "elastic_box_exit", "composer_rank_exit")
 _SUMMARIES = ("elastic_box_exit",)
@@ -67,3 +72,15 @@ def killed_first(hits: Sequence[Hit], rank_nodes: Mapping[int, str], victims: Se
     if not victims and node is not None and node in reporters:
         return None  # its own host reports the network errors: the link there, maybe
     return KilledFirst(death.rank, node, _KILLED[death.fields["code"]])  # type: ignore[arg-type]
+
+
+_OWN = (Category.APPLICATION, Category.FRAMEWORK_CRASH, Category.NUMERICAL)
+
+
+def raised_on_peer(node: str, causes: Sequence[Cause], root: Cause) -> Cause | None:
+    """The first error of a process's own (its code, its framework, its numbers) that `node` printed before `root`,
+    a network error naming `node` as its peer, where the logs can order the two; None if none did."""
+    own = [c for c in causes if c.kind == "log" and c.category in _OWN and c.strength >= 2 and node in c.nodes]
+    first = [c for c in own if c.time is not None and root.time is not None and c.time <= root.time
+             or c.evidence.source == root.evidence.source and (c.evidence.line or 0) < (root.evidence.line or 0)]
+    return min(first, key=cause_key) if first else None

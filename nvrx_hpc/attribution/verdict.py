@@ -30,7 +30,7 @@ from nvrx_hpc.attribution.api import (
 from nvrx_hpc.attribution.bridge_host import bridge_advertiser
 from nvrx_hpc.attribution.causes import Cause, Findings, cause_key, gather_causes, unplaced_gpu_error
 from nvrx_hpc.attribution.dcp_ranks import failed_ranks
-from nvrx_hpc.attribution.dead_peer import killed_first
+from nvrx_hpc.attribution.dead_peer import killed_first, raised_on_peer
 from nvrx_hpc.attribution.driver_skew import kernels_unfit
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, LINK_EVENTS, SET_UP_SIGNATURES, fabric_wide
 from nvrx_hpc.attribution.gpu_bus import idle_gpu_rank, rank_on_device, ranks_on_buses
@@ -328,13 +328,13 @@ def decide(f: Findings) -> Verdict:
         found_by = f"; rank {dead.rank} was killed ({dead.signal}) before these errors, which are its echo"
     elif category is Category.NETWORK and root.kind == "log" and root.signature != "nccl_ib_local_error" \
             and (names_peer(root.evidence.text) or peerless(root)):
-        # Several hosts report errors talking to a peer: the peer most of them name, not the reporters
-        # (a root that is a host's own link going down stays that host's).
+        # hosts report errors talking to a peer: the peer most of them name (a host's own link going down stays its)
         peer = peer_suspect(f.hits, rank_nodes, f.addr_hosts)
         if peer is not None:
-            ranks, nodes, gpus = [], [peer.node] if peer.node else [], []
-            peer_unknown = peer.node is None
+            ranks, nodes, gpus, peer_unknown = [], [peer.node] if peer.node else [], [], peer.node is None
             found_by = "; " + peer.explain()
+        if peer is not None and peer.node and (echo := raised_on_peer(peer.node, causes, root)) is not None:
+            category, ranks, found_by = echo.category, list(echo.ranks), f"; {peer.node} raised first: {echo.summary}"
     bridge = root.signature == "bridge_address_unreachable"
     advertiser = bridge_advertiser(root.evidence.text, f.hits) if bridge else None
     if advertiser is not None:  # the host that gave out the bridge's address, not the peer that dialled it
