@@ -105,6 +105,19 @@ def _odd_operation(victims: Sequence[Hit]) -> tuple[int, ...] | None:
     return tuple(sorted(lone))
 
 
+def _gap_needed(ahead: set[int | None], victims: Sequence[Hit]) -> int:
+    """How many calls further on the few ranks ahead must wait to have gone their own way: two; one when a lone rank
+    ahead waits in another operation than all the others, which agree (rank 0 in an all-reduce while fifteen ranks
+    wait in its broadcast, round 104g), not a call that merely finished first there."""
+    ops: dict[int, str] = {}
+    for h in victims:
+        if h.signature == "watchdog_timeout" and h.rank is not None and h.fields.get("op"):
+            ops.setdefault(h.rank, h.fields["op"])
+    lone = next(iter(ahead)) if len(ahead) == 1 else None
+    others = {op for r, op in ops.items() if r != lone}
+    return 1 if lone in ops and len(others) == 1 and ops[lone] not in others and len(ops) >= 4 else 2
+
+
 def _out_of_step(victims: Sequence[Hit]) -> tuple[tuple[int, ...], str]:
     """The ranks, fewer than half the reporters (one of two), whose watchdog timed out in an earlier call of the same
     operation and process group than the others' (`SeqNum=5184` against `5186`, a few calls apart): the others
@@ -260,7 +273,7 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     ahead = reporters - behind
     waiting = {r: seq for r, seq, enqueued in progress if seq >= 0 and seq == enqueued}  # timed out in its own call
     if behind and ahead and len(ahead) * 3 <= len(behind) and None not in ahead and set(behind) <= set(waiting) \
-            and min(waiting.get(r, -1) for r in ahead) - max(waiting[r] for r in behind) >= 2:
+            and min(waiting.get(r, -1) for r in ahead) - max(waiting[r] for r in behind) >= _gap_needed(ahead, victims):
         # most reporters "behind" one that waits two calls or more further on, each in a call of its own (rank 0
         # alone in a broadcast eight calls past the others' all-reduce, round 91a): that one went its own way, and
         # the others wait on it; not ranks that never issued the call the rest wait in (round 88a)
