@@ -84,12 +84,15 @@ def _odd_operation(victims: Sequence[Hit]) -> tuple[int, ...] | None:
     round 53a). One process group's watchdog lines only."""
     ops: dict[int, tuple[str | None, str, str, str | None]] = {}
     for h in victims:
-        if h.signature == "watchdog_timeout" and h.fields.get("seq") and h.fields.get("op"):
+        # PyTorch 1.x's lines count no calls: their operation and shape alone (round 104b)
+        if h.signature == "watchdog_timeout" and h.fields.get("op"):
             # every rank of these gives the same size; an all-to-all's may differ from rank to rank, but not when all
             # ranks but one agree on it (a capacity-padded MoE dispatch whose one rank had a short last batch, round
             # 89c): two sizes alone are kept apart below
-            size = h.fields.get("numel")
-            ops.setdefault(h.rank, (_process_group(h.text), h.fields["seq"], h.fields["op"], size))
+            size = h.fields.get("numel") or h.fields.get("shape")
+            ops.setdefault(h.rank, (_process_group(h.text), h.fields.get("seq") or "", h.fields["op"], size))
+    if len({bool(work[1]) for work in ops.values()}) > 1:
+        return None  # some lines count calls and some do not: two versions' lines, not one collective's
     if len(ops) < 4 or len({work[0] for work in ops.values()}) != 1 or len(job_files(victims)) > 1:
         return None  # two runs' lines (`slurm-3291177.out`, `slurm-3304581.out`) time out in two runs' work
     counts: dict[tuple[str | None, str, str, str | None], list[int]] = {}

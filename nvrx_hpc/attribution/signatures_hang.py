@@ -56,7 +56,10 @@ HANG: tuple[Signature, ...] = (
         r"(?:\[Rank (?P<rank>\d+)\] )?"
         r"(?:Watchdog caught collective operation timeout:\s*(?:$|(?=Work))|"
         r"Work (?=Work\w*\([^\n]*?\) timed out in blocking wait))"
-        r"(?:Work\w*\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel>\d+))?)?",
+        # PyTorch 1.x's work has no sequence number and gives the tensor's shape (`WorkNCCL(OpType=BROADCAST,
+        # TensorShape=[5436], ...)`, round 104b)
+        r"(?:Work\w*\((?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)"
+        r"(?:, (?:NumelIn=(?P<numel>\d+)|TensorShape=\[(?P<shape>[\d, ]*)\]))?)?",
         ("Watchdog caught", "timed out in blocking wait"), True, "collective {op} (seq {seq}) timed out",
         ("[rank4]:[E1016 03:31:38.928 ProcessGroupNCCL.cpp:607] [Rank 4] Watchdog caught collective operation "
          "timeout: WorkNCCL(SeqNum=9141, OpType=_ALLGATHER_BASE, NumelIn=19008, NumelOut=152064, "
@@ -64,7 +67,10 @@ HANG: tuple[Signature, ...] = (
          "[rank14]:[E909 09:55:29.307 ProcessGroupNCCL.cpp:607] [Rank 14] Watchdog caught collective operation "
          "timeout: ",
          "[rank6]: torch.distributed.DistBackendError: [Rank 6] Work WorkNCCL(SeqNum=43379, OpType=_ALLGATHER_BASE, "
-         "NumelIn=8069120, Timeout(ms)=600000) timed out in blocking wait."),
+         "NumelIn=8069120, Timeout(ms)=600000) timed out in blocking wait.",
+         "[E ProcessGroupNCCL.cpp:566] [Rank 5] Watchdog caught collective operation timeout: "
+         "WorkNCCL(OpType=BROADCAST, TensorShape=[5436], Timeout(ms)=1800000) ran for 1800606 milliseconds "
+         "before timing out."),
     ),
     Signature(
         "collective_timeout", _D, _WEAK,

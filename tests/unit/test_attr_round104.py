@@ -1,5 +1,6 @@
 """Rules drawn from round 104 after its first contact was scored: a lone rank one call ahead of all the others, in
-another operation than theirs, went its own way, and the others wait on it."""
+another operation than theirs, went its own way, and the others wait on it; PyTorch 1.x's watchdog lines, which
+count no calls, are compared by operation and shape."""
 
 from __future__ import annotations
 
@@ -29,3 +30,20 @@ def test_a_lone_rank_one_call_ahead_in_another_operation_went_its_own_way(tmp_pa
     assert v.category is Category.DISTRIBUTED_HANG and list(v.culprit.ranks) == [0]
     same = _verdict(tmp_path / "same", {"slurm-2291847.out": _log("BROADCAST")})  # the same operation: finished first
     assert list(same.culprit.ranks) != [0]
+
+
+_OLD_TIMEOUT = ("[E ProcessGroupNCCL.cpp:566] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL("
+                "OpType={op}, TensorShape=[{shape}], Timeout(ms)=1800000) ran for 1800412 milliseconds before timing "
+                "out.")
+
+
+def test_pytorch_1x_lines_without_call_counts_still_tell_the_rank_in_another_operation(tmp_path):
+    """PyTorch 1.x's watchdog gives no sequence number, only the operation and the tensor's shape: rank 0 gathers a
+    metric while the fifteen others wait in its broadcast (round 104b)."""
+    def log(odd_op: str, odd_shape: str) -> list[str]:
+        return [_OLD_TIMEOUT.format(r=r, op=odd_op if r == 0 else "BROADCAST", shape=odd_shape if r == 0 else "5436")
+                for r in (5, 0, 13, 2, 9, 1, 14, 7, 3, 11, 8, 4, 15, 10, 6, 12)]
+    v = _verdict(tmp_path, {"slurm-8812304.out": log("ALLGATHER", "1")})
+    assert v.category is Category.DISTRIBUTED_HANG and list(v.culprit.ranks) == [0]
+    alike = _verdict(tmp_path / "alike", {"slurm-8812304.out": log("BROADCAST", "5436")})
+    assert list(alike.culprit.ranks) == []
