@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Hit, Role
+from nvrx_hpc.attribution.lines import ranks_of
 from nvrx_hpc.attribution.localise import ready_ranks
 from nvrx_hpc.attribution.recurrence import job_files
 from nvrx_hpc.attribution.signatures import VICTIM_SIGNATURES
@@ -26,8 +27,9 @@ _FEW_CALLS = 16  # a rank fallen a few collectives behind the others, not anothe
 
 
 # Ways of finding suspects that took another code path than the others (another operation at the same call, the
-# only rank to enter the collective, a desync report): the program's own divergence, which a restart replays
-DIVERGED = ("mismatch", "alone", "desync", "ahead")
+# only rank to enter the collective, a desync report, a rank that left the loop before the others): the program's own
+# divergence, which a restart replays
+DIVERGED = ("mismatch", "alone", "desync", "ahead", "departed")
 
 SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
     "missing": "; named because the others' stall reports list them as missing",
@@ -41,6 +43,8 @@ SUSPECT_WHY = {  # how hang_suspects found them -> the verdict's words
     "desync": "; named because every collective-mismatch report names it, or it alone runs a collective whose "
               "fingerprint differs from the one the other ranks share",
     "elsewhere": "; named because its stack dump waits outside any collective while the others' wait in one",
+    "departed": "; named because srun lists every other rank as ended by the teardown's signal and not it: it had "
+                "left already, and the others waited for it",
     "none": "; every rank reports it, so the logs do not say who is late",
 }
 
@@ -221,6 +225,23 @@ def _two_ranks_late(victims: Sequence[Hit], universe: set[int]) -> tuple[int, ..
     return None
 
 
+def _departed(hits: Sequence[Hit], universe: set[int]) -> tuple[int, ...] | None:
+    """The rank, one of eight at most, that srun's teardown does not list when it lists every other rank as ended by
+    its signal (`asr-n031: tasks 1-7: Terminated`, `asr-n032: tasks 8-15: Terminated`): srun reports no task that
+    exited 0, so that one had left before, and the others waited in a collective for it (rank 0 ended its training
+    loop early, round 101g). Only where srun's tasks are the ranks: its lists must cover all the others."""
+    ended: set[int] = set()
+    for h in hits:
+        if h.signature == "srun_task_exit":
+            if h.fields.get("what") not in ("Terminated", "Killed"):
+                return None  # a task that failed of its own: not a wait's teardown
+            ended.update(ranks_of(h.fields.get("tasks", "")))
+    gone = universe - ended
+    if len(ended) >= 3 and ended <= universe and 1 <= len(gone) <= max(1, len(universe) // 8):
+        return tuple(sorted(gone))
+    return None
+
+
 def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, ...], str]:
     """The ranks a hang waits on, judged from its victims' lines, and how they were found.
 
@@ -324,4 +345,7 @@ def hang_suspects(hits: Sequence[Hit], universe: set[int]) -> tuple[tuple[int, .
     if len(reporting) == 1 and own == reporting and len(universe) >= 4 and len(heard) >= len(universe) // 2 \
             and ends and {h.rank for h in ends} == reporting:
         return tuple(reporting), "alone"
+    departed = _departed(hits, universe)
+    if departed is not None:
+        return departed, "departed"
     return (), "none"

@@ -243,8 +243,8 @@ def decide(f: Findings) -> Verdict:
             dead := killed_first(f.hits, rank_nodes, VICTIM_SIGNATURES)):
         category, ranks, nodes_from_co = Category.UNKNOWN, [dead.rank], False  # they wait on a rank killed first
         found_by = f"; rank {dead.rank} was killed ({dead.signal}) before these timeouts, which wait on it"
-    elif root.kind == "log" and root.signature in VICTIM_SIGNATURES:
-        # Who prints a timeout or a peer error is waiting on someone else: name who they wait on.
+    elif root.kind == "log" and root.signature in (*VICTIM_SIGNATURES, "stall_before_time_limit"):
+        # Who prints a timeout or a peer error, or goes quiet until the time limit, waits on someone else: name whom.
         suspects, how = hang_suspects(f.hits, universe)
         ranks, nodes_from_co = list(suspects), False
         found_by = SUSPECT_WHY[how]

@@ -95,3 +95,24 @@ def test_a_ranks_start_up_banner_under_another_srun_label_makes_the_labels_launc
            "slurmstepd: error: *** JOB 731544 ON kgpu07 CANCELLED AT 2021-03-18T22:45:01 DUE TO TIME LIMIT ***"]
     v = _verdict(tmp_path, {"slurm-731544.out": out, "kgpu12_nvidia-smi-q-perf.txt": smi})
     assert v.category is Category.GPU_HARDWARE and list(v.culprit.ranks) == [7]
+
+
+def _left_early_log(ended: str) -> list[str]:
+    out = [f"{r}: 2020-03-24 09:02:54 | INFO | fairseq.distributed_utils | initialized host "
+           f"{'asr-n031' if r < 8 else 'asr-n032'} as rank {r}" for r in range(16)]
+    out += ["0: 2020-03-24 09:03:31 | INFO | fairseq.trainer | loaded checkpoint checkpoint_last.pt (epoch 30)",
+            "0: 2020-03-24 09:04:03 | INFO | fairseq_cli.train | done training in 0.0 seconds",
+            "slurmstepd: error: *** JOB 5531207 ON asr-n031 CANCELLED AT 2020-03-24T13:02:29 DUE TO TIME LIMIT ***",
+            "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+            "srun: error: asr-n032: tasks 8-15: Terminated",
+            f"srun: error: asr-n031: tasks {ended}: Terminated"]
+    return out
+
+
+def test_the_rank_srun_does_not_list_at_a_time_limit_had_left_and_the_others_waited_for_it(tmp_path):
+    """srun reports no task that exited 0: at a time limit after hours of silence, it lists every rank as terminated
+    but rank 0, which had ended its training loop (round 101g)."""
+    v = _verdict(tmp_path, {"slurm-5531207.out": _left_early_log("1-7")})
+    assert v.category is Category.DISTRIBUTED_HANG and list(v.culprit.ranks) == [0] and v.restartable is False
+    every = _verdict(tmp_path / "every", {"slurm-5531207.out": _left_early_log("0-7")})
+    assert list(every.culprit.ranks) == []
