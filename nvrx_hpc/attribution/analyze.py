@@ -172,6 +172,8 @@ def _scan_logs(
             shells.loopback |= session.loopback
             for container, host in session.containers.items():
                 aliases.setdefault(container, host)
+            for addr, host in session.addresses.items():
+                addr_hosts.setdefault(addr, host)
             found = place_by_prompts(found, session.prompts, file_host=ctx.node, ranks=session.started)
             found = place_in_descriptions(found, read_descriptions(path))
             at_prompts.update(host for _, host in session.prompts if host)

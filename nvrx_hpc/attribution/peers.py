@@ -145,8 +145,12 @@ class PeerFinding:
     votes: int  # how many of them name `peer` (peerless errors: how many ranks of `node` report)
     ranks: int = 0  # peerless errors: how many ranks report in all
     port_down: bool = False  # no peer stood out; `node` is the one host whose own port a listing shows down
+    on_every_link: bool = False  # no peer stood out; `node` is the one host at an end of every failed connection
 
     def explain(self) -> str:
+        if self.on_every_link:
+            return (f"{self.reporters} hosts report it and no one peer stands out; {self.node} is at one end of every "
+                    "failed connection")
         if self.port_down:
             return (f"{self.reporters} hosts report it and no one peer stands out; {self.node} is the one host "
                     "whose port a pasted listing shows down")
@@ -185,16 +189,23 @@ def peer_suspect(
         return _one_reporters_peer(named, hosts, rank_nodes) or _peerless_majority(hits, rank_nodes)
     votes: dict[str, set[str]] = defaultdict(set)
     known = set(rank_nodes.values()) | {host for host, _ in named}
+    links: list[set[str]] = []  # each failed connection's two hosts
     for host, peer in named:
         target = _short(hosts.get(peer, peer), known)
         if target != host:
             votes[target].add(host)
+            links.append({host, target})
     reporters = len({host for host, _ in named})
     if not votes:
         return _port_down(hits, reporters) or PeerFinding(None, None, reporters, 0)
     ranked = sorted(votes.items(), key=lambda kv: -len(kv[1]))
     top, voters = ranked[0]
     if len(voters) < 2 or (len(ranked) > 1 and len(ranked[1][1]) == len(voters)):
+        # no peer named by two hosts; the one host at an end of every failed connection, when they are two or more
+        # and not all one pair (n12 fails to reach n13, n13 to reach n14: n13, round 105f)
+        common = set.intersection(*links)
+        if len(common) == 1 and (one := next(iter(common))) in known | set(hosts.values()):
+            return PeerFinding(one, None, reporters, len(voters), on_every_link=True)
         return _port_down(hits, reporters) or PeerFinding(None, None, reporters, len(voters))
     job = known | set(hosts.values())
     node = top if top in job else _left_over(top, job, hosts, {h for h, _ in named})

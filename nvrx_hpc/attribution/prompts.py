@@ -112,6 +112,11 @@ _SEVERAL = re.compile(r"(?:^|[\s/])accelerate\s+launch\b|--num[-_]processes[= ]*
 # `hostname -i` (or `-I`) printing a loopback address: the host's name resolves to itself only (round 87d)
 _HOSTNAME_I = re.compile(r"\bhostname\s+-[iI]\b")
 _LOOPBACK_LINE = re.compile(rb"(?m)^127\.\d{1,3}\.\d{1,3}\.\d{1,3}\s*$")
+# the addresses `hostname -I` prints, on its one line: the prompt's host has them (Ray's `ip=10.20.4.14` lines are
+# that host's, round 105g); not loopback, nor Docker's default bridge, which every node has
+_ADDRESS_LINE = re.compile(rb"(?:\d{1,3}\.){3}\d{1,3}(?:\s+(?:\d{1,3}\.){3}\d{1,3})*\s*$")
+_ADDRESS = re.compile(rb"(?:\d{1,3}\.){3}\d{1,3}")
+_SHARED_ADDRESS = re.compile(rb"^(?:127\.|172\.17\.0\.1$)")
 # the run again with NCCL's peer-to-peer transport off, and its output: steps going by (rounds 84a, 86b)
 _P2P_OFF = re.compile(r"(?:^|\s)NCCL_P2P_DISABLE=1\s")
 # a training step's report (`loss 2.41`, a step bar `3/2500 [00:04<58:12, 1.40s/it]`), not a loading bar's
@@ -182,6 +187,7 @@ class Session:
     containers: dict[str, str] = dataclasses.field(default_factory=dict)  # `_container_hosts`
     p2p_off_trains: bool = False  # a rerun with `NCCL_P2P_DISABLE=1` printed training progress
     loopback: set[str] = dataclasses.field(default_factory=set)  # hosts whose `hostname -i` printed 127.x.x.x
+    addresses: dict[str, str] = dataclasses.field(default_factory=dict)  # address -> host, from `hostname -I`
 
 
 def _session(data: bytes) -> Session:
@@ -204,6 +210,7 @@ def _session(data: bytes) -> Session:
     ran_on: set[str] = set()
     several = p2p_off_trains = False
     loopback: set[str] = set()
+    addresses: dict[str, str] = {}
     for (start, stop, host, command), end in zip(prompts, ends, strict=True):
         line += data.count(b"\n", pos, start)
         pos = start
@@ -214,6 +221,10 @@ def _session(data: bytes) -> Session:
                                                 and not _STALLED.search(data, stop, end))  # the rerun did not hang too
         if host is not None and _HOSTNAME_I.search(text) and _LOOPBACK_LINE.search(data, stop, end):
             loopback.add(host)
+        if host is not None and _HOSTNAME_I.search(text) and (printed := _ADDRESS_LINE.match(data, stop + 1, end)):
+            for addr in _ADDRESS.findall(printed.group()):
+                if not _SHARED_ADDRESS.match(addr):
+                    addresses.setdefault(addr.decode(), host)
         if host is not None and _runs_here(text):
             ran_on.add(host)
         placed = _command_host(host, text, data[stop:end])
@@ -222,7 +233,7 @@ def _session(data: bytes) -> Session:
         if rank is not None:
             started[line] = rank
     return Session(found, {}, started, {p[2] for p in prompts if p[2] is not None}, ran_on, several,
-                   _container_hosts(prompts), p2p_off_trains, loopback)
+                   _container_hosts(prompts), p2p_off_trains, loopback, addresses)
 
 
 def _runs_here(command: str) -> bool:

@@ -27,6 +27,7 @@ from nvrx_hpc.attribution.api import (
     TimelineEvent,
     Verdict,
 )
+from nvrx_hpc.attribution.box_copies import box_ranks_of_copies
 from nvrx_hpc.attribution.bridge_host import bridge_advertiser
 from nvrx_hpc.attribution.causes import Cause, Findings, cause_key, gather_causes, unplaced_gpu_error
 from nvrx_hpc.attribution.dcp_ranks import failed_ranks
@@ -158,8 +159,7 @@ def _pick_root(causes: list[Cause], rank_nodes: dict[int, str]) -> tuple[Cause |
                                                                                 set(c.ranks) & set(root.ranks)):
                 return c, root.ranks
     if root.category is Category.SCHEDULER and (slow := [c for c in usable if c.signature in _HELD_BACK]):
-        return min(slow, key=cause_key), ()  # a GPU slowed by its heat, or a node's memory, held the job back until it
-        # was ended (round 98, 101f)
+        return min(slow, key=cause_key), ()  # a GPU slowed by its heat, or a node's memory, held it back (98, 101f)
     if root.signature in (*_ENDED_BY_OPERATOR, "stall_before_time_limit"):
         # a pod deleted or a node drained may be the cleanup after a failure the logs show, and a silence before a
         # time limit the hang that failure left: that failure, if any (round 87a's rank claimed twice)
@@ -225,7 +225,7 @@ def decide(f: Findings) -> Verdict:
             action=Action.RETRY,
         )
     co = [c for c in causes if c.key == root.key and c.strength == root.strength]
-    ranks = sorted({r for c in co for r in c.ranks} | set(hit_ranks))
+    ranks = box_ranks_of_copies(co, f.hits) or sorted({r for c in co for r in c.ranks} | set(hit_ranks))
     nodes_from_co = True
     if (waited := waited_for_id((c.evidence.text for c in co), ranks)) is not None:
         ranks, nodes_from_co = [waited], False  # they all timed out waiting for that rank's NCCL id (90d)

@@ -1,0 +1,69 @@
+"""Rules drawn from round 105 after its first contact was scored: every rank of a node that raised the same error
+under torchrun's boxes is named, not only the box's first; the addresses `hostname -I` prints at a host's prompt are
+that host's; the one host at an end of every failed InfiniBand connection is the culprit when no peer is named by
+two hosts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from _attr_helpers import verdict_of as _verdict
+from _attr_helpers import write_run
+
+from nvrx_hpc.attribution.analyze import analyze_run
+from nvrx_hpc.attribution.api import Category
+
+_PENDING = Path(__file__).resolve().parents[1] / "fixtures" / "attribution_pending" / "round105"
+
+
+def test_every_rank_of_a_node_that_raised_the_same_error_is_named(tmp_path):
+    """The second node's eight ranks each print the same FileNotFoundError, without a rank, above torchrun's box
+    that lists the eight; the box's `Root Cause` (rank 8) is only the first of them to exit (round 105d)."""
+    case = _PENDING / "heldout105d_fabric_rec_logdir_made_by_rank0_node_local_copy_second_node_filenotfound"
+    v = analyze_run(case).verdict
+    assert v.category is Category.APPLICATION and list(v.culprit.ranks) == list(range(8, 16))
+    assert list(v.culprit.nodes) == ["gn-a18"]
+    # the same file with one traceback left: one copy, so not every boxed rank raised it
+    text = (case / "hstu-7730415.log").read_text().splitlines()
+    first = next(i for i, line in enumerate(text) if line.startswith("1: FileNotFoundError"))
+    kept = [line for i, line in enumerate(text) if i <= first or not line.startswith("1: ") or "FileNotFound" not in
+            line and not line.startswith(("1: Traceback", "1:   File", "1:     "))]
+    once = analyze_run(write_run(tmp_path, {"hstu-7730415.log": kept})).verdict
+    assert list(once.culprit.ranks) != list(range(8, 16))
+
+
+_RAY_TIMEOUT = ("(WorkerDict pid={pid}, ip={ip}) [rank{r}]:[E324 13:40:57.882190542 ProcessGroupNCCL.cpp:685] [Rank "
+                "{r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9153, OpType={op}, NumelIn={n}, "
+                "NumelOut={n}, Timeout(ms)=600000) ran for 600044 milliseconds before timing out.")
+
+
+def test_the_addresses_hostname_prints_at_a_prompt_are_that_host_s(tmp_path):
+    """Ray's lines give only `ip=10.20.4.14`; a pasted session on that node shows `hostname -I` printing it."""
+    log = [_RAY_TIMEOUT.format(pid=48200 + r, ip=f"10.20.4.{13 + r // 4}", r=r,
+                               op="ALLREDUCE" if r == 6 else "_ALLGATHER_BASE", n=1 if r == 6 else 1864048)
+           for r in range(8)]
+    session = ["ubuntu@a10g-04:~$ hostname -I", "10.20.4.14 172.17.0.1",
+               "ubuntu@a10g-04:~$ nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader",
+               "48204, 20118 MiB"]
+    v = _verdict(tmp_path, {"ray-job.log": log, "pyspy-a10g-04.txt": session})
+    assert v.category is Category.DISTRIBUTED_HANG and list(v.culprit.ranks) == [6]
+    assert list(v.culprit.nodes) == ["a10g-04"]
+    bare = _verdict(tmp_path / "bare", {"ray-job.log": log})
+    assert "a10g-04" not in bare.culprit.nodes
+
+
+def _ib_error(label: int, host: str, rank: int, peer: str) -> list[str]:
+    return [f"{label}: {host}:2120{rank}:2125{rank} [{rank % 8}] transport/net_ib.cc:1985 NCCL WARN NET/IB : Got "
+            f"completion from peer {peer}<40135> with status=12 opcode=0 len=0 vendor err 0 (Send) localGid "
+            f"::ffff:192.168.1.{host[-2:]} remoteGids::ffff:192.168.1.{peer[-2:]}"]
+
+
+def test_the_one_host_at_an_end_of_every_failed_connection_is_named(tmp_path):
+    boot = [f"{i}: gpu-r07n1{i + 1}:21{i}000:21{i}000 [0] NCCL INFO Bootstrap : Using eno1:10.40.7.1{i + 1}<0>"
+            for i in range(4)]
+    chained = boot + _ib_error(1, "gpu-r07n12", 9, "10.40.7.13") + _ib_error(1, "gpu-r07n12", 13, "10.40.7.13") \
+        + _ib_error(2, "gpu-r07n13", 19, "10.40.7.14")
+    v = _verdict(tmp_path, {"slurm-4471920.out": chained})
+    assert v.category is Category.NETWORK and list(v.culprit.nodes) == ["gpu-r07n13"] and not v.culprit.ranks
+    apart = boot + _ib_error(1, "gpu-r07n12", 9, "10.40.7.13") + _ib_error(3, "gpu-r07n14", 25, "10.40.7.11")
+    assert list(_verdict(tmp_path / "apart", {"slurm-4471920.out": apart}).culprit.nodes) != ["gpu-r07n13"]
