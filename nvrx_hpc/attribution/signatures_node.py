@@ -16,6 +16,17 @@ _G, _H, _F, _S = Category.GPU_HARDWARE, Category.HOST, Category.FRAMEWORK_CRASH,
 _ROOT, _CTX = Role.ROOT, Role.CONTEXT
 
 NODE: tuple[Signature, ...] = (
+    Signature(  # GPFS (Spectrum Scale) on one node lost its disk lease and then its cluster membership, and unmounted
+        # the file systems under the job (`/var/adm/ras/mmfs.log.latest`; the ranks see `[Errno 116] Stale file
+        # handle`, round 105h): that node's mount, not the code; elsewhere the files read
+        "gpfs_lost_membership", _H, _ROOT,
+        r"(?:Lost membership in cluster \S+\. Unmounting file systems|Disk lease period expired [\d.]+ seconds ago|"
+        r"File system \S+ unmounted by the system with return code [1-9])",
+        ("Lost membership in cluster", "Disk lease period expired", "unmounted by the system"), True,
+        "the node's GPFS client lost its lease or its cluster membership and unmounted the file systems",
+        ("2025-11-18_03:41:18.122+0100: [E] Lost membership in cluster stor1.hpc.local. Unmounting file systems.",
+         "2025-11-18_03:40:50.611+0100: [E] Disk lease period expired 0.820 seconds ago in cluster stor1.hpc.local."),
+    ),
     Signature(  # a read or write the kernel failed with EIO (`[Errno 5] Input/output error`): the node's disk or file
         # system under the call (round 93e: an async checkpoint save on one worker node); a rerun elsewhere writes
         "storage_io_error", _H, _ROOT, r"\[Errno 5\] Input/output error",
@@ -111,14 +122,19 @@ NODE: tuple[Signature, ...] = (
          "with error -2",),
     ),
     Signature(  # AMD's driver on a failing card: an uncorrectable (RAS/HBM) error, a card that fails to start, a
-        # reset that does not bring it back, its microcode scheduler gone (rounds 84d, 85f)
+        # reset that does not bring it back, its microcode scheduler gone (rounds 84d, 85f, 105f)
         "amdgpu_fault", _G, _ROOT,
         r"amdgpu (?P<gpu>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)?[^\n]*?(?:uncorrectable hardware error|"
         r"Fatal error during GPU init|GPU Recovery Failed|HBM \d+ UE|"
-        r"MES might be in unrecoverable state|PCIe Bus Error: severity=Uncorrected)",
+        r"MES might be in unrecoverable state|PCIe Bus Error: severity=Uncorrected|"
+        # the driver's PCIe error handler called for the card: its link took an uncorrectable error (a root port's
+        # malformed TLP, round 105f); not a reset that fails and then succeeds (round 95c)
+        r"amdgpu: PCI error: detected callback)",
         ("amdgpu",), True, "AMD GPU hardware fault",
         ("[Tue May 14 08:41:22 2024] amdgpu 0000:d6:00.0: amdgpu: Fatal error during GPU init",
-         "Oct 02 08:04:51 mx3-n12 kernel: amdgpu 0000:9f:00.0: amdgpu: HBM 3 UE 1 (umc channel 14)"),
+         "Oct 02 08:04:51 mx3-n12 kernel: amdgpu 0000:9f:00.0: amdgpu: HBM 3 UE 1 (umc channel 14)",
+         "2024-06-04T02:47:14+0000 wk-gpu02 kernel: amdgpu 0000:c3:00.0: amdgpu: PCI error: detected callback, "
+         "state(2)!!"),
     ),
     Signature(  # an `nvidia-smi` table whose `Volatile Uncorr. ECC` column counts errors on a GPU since its driver
         # loaded (rounds 47b, 54a, 64b, 73b, 84c): that GPU's memory is failing; its index and bus place it

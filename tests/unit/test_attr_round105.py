@@ -1,7 +1,7 @@
 """Rules drawn from round 105 after its first contact was scored: every rank of a node that raised the same error
 under torchrun's boxes is named, not only the box's first; the addresses `hostname -I` prints at a host's prompt are
 that host's; the one host at an end of every failed InfiniBand connection is the culprit when no peer is named by
-two hosts."""
+two hosts; a node's GPFS client that lost its membership, and amdgpu's PCIe error handler called for a card."""
 
 from __future__ import annotations
 
@@ -67,3 +67,31 @@ def test_the_one_host_at_an_end_of_every_failed_connection_is_named(tmp_path):
     assert v.category is Category.NETWORK and list(v.culprit.nodes) == ["gpu-r07n13"] and not v.culprit.ranks
     apart = boot + _ib_error(1, "gpu-r07n12", 9, "10.40.7.13") + _ib_error(3, "gpu-r07n14", 25, "10.40.7.11")
     assert list(_verdict(tmp_path / "apart", {"slurm-4471920.out": apart}).culprit.nodes) != ["gpu-r07n13"]
+
+
+def test_a_node_s_gpfs_client_that_lost_its_membership_is_that_node_s_fault(tmp_path):
+    """The ranks of one node see `Stale file handle` in their data loaders; the node's mmfs log says its GPFS client
+    lost its lease and its cluster membership and unmounted the file systems (round 105h)."""
+    ranks = [f"1: [rank{r}]: OSError: [Errno 116] Stale file handle: '/gpfs/projects/data/train-011962.tar'"
+             for r in (6, 4, 5)] + ["srun: error: gn031: task 0: Exited with exit code 1",
+                                     "srun: error: gn032: task 1: Exited with exit code 1"]
+    mmfs = ["2025-11-18_03:40:50.611+0100: [E] Disk lease period expired 0.820 seconds ago in cluster stor1.hpc.local.",
+            "2025-11-18_03:41:18.122+0100: [E] Lost membership in cluster stor1.hpc.local. Unmounting file systems.",
+            "2025-11-18_03:41:18.480+0100: [I] File system projfs unmounted by the system with return code 2 reason "
+            "code 0"]
+    v = _verdict(tmp_path, {"slurm-771204.out": ranks, "gn032_mmfs.log.latest.txt": mmfs})
+    assert v.category is Category.HOST and list(v.culprit.nodes) == ["gn032"]
+    mounted = ["2025-11-17_06:02:11.884+0100: [I] Command: successful mount projfs"]
+    assert _verdict(tmp_path / "ok", {"slurm-771204.out": ranks, "gn032_mmfs.log.latest.txt": mounted}).category \
+        is not Category.HOST
+
+
+def test_amdgpu_s_pcie_error_handler_called_for_a_card_is_that_gpu_s_fault(tmp_path):
+    """A root port's fatal malformed TLP, then amdgpu's PCIe error callback for the card behind it (round 105f)."""
+    kernel = ["2024-06-04T02:47:14+0000 wk-gpu02 kernel: pcieport 0000:c0:03.1: AER: Multiple Uncorrected (Fatal) "
+              "error received: 0000:c0:03.1",
+              "2024-06-04T02:47:14+0000 wk-gpu02 kernel: amdgpu 0000:c3:00.0: amdgpu: PCI error: detected callback, "
+              "state(2)!!"]
+    v = _verdict(tmp_path, {"wk-gpu02-journalctl-k.txt": kernel})
+    assert v.category is Category.GPU_HARDWARE and list(v.culprit.nodes) == ["wk-gpu02"]
+    assert any("0000:c3:00.0" in g for g in v.culprit.gpus)
