@@ -9,6 +9,7 @@ rank's: its unranked error lines (a traceback printed without a prefix) are that
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -16,12 +17,18 @@ from nvrx_hpc.attribution.api import Hit
 
 __all__ = ["file_proc_ranks"]
 
+# a start-up line each process prints of itself, its world size, global rank and local rank (`World(world_size=16,
+# rank=11, local_rank=3, ...)`: the first line of a per-rank stdout file under torchrun's `--log-dir`, round 105h)
+_PROCESS_BANNER = re.compile(r"\bworld_size=\d+, rank=\d+, local_rank=\d+")
+
 
 def file_proc_ranks(hits: Sequence[Hit]) -> list[Hit]:
     named: dict[str, set[int]] = defaultdict(set)
     for h in hits:
         if h.signature == "proc_rank_var":
             named[h.source].add(int(h.fields["frank"]))
+        elif h.signature == "world_size" and h.rank is not None and _PROCESS_BANNER.search(h.text):
+            named[h.source].add(h.rank)  # each process's own start-up line: world, rank and local rank
     own = {source: next(iter(ranks)) for source, ranks in named.items() if len(ranks) == 1}
     for h in hits:  # a file that also carries other ranks' prefixes is a shared output, not one task's
         if h.source in own and h.rank is not None and h.rank != own[h.source] and h.signature != "proc_rank_var":

@@ -451,6 +451,12 @@ def exception_before_exit(hits: Sequence[Hit]) -> list[Hit]:
     304's exit, with 48 nodes' lines around it). Only a worker that exited with a code of its own, not a signal."""
     exits = {(h.source, h.line): h for h in hits
              if h.signature == "elastic_child_failed" and h.rank is not None and h.fields.get("code", "").isdigit()}
+    # so is one right above srun's report of one task's exit with a code, where srun's tasks are the ranks (round
+    # 105d: Lightning under srun, `srun: error: gpu-r3n07: task 0: Exited with exit code 1`), the only one of its
+    # file: of two, the tracebacks above them may be in either order (round 95f)
+    coded = [h for h in hits if h.signature == "srun_task_exit" and h.fields.get("code", "").isdigit()]
+    exits.update({(h.source, h.line): h for h in coded if h.rank is not None and h.fields.get("tasks", "").isdigit()
+                  and sum(c.source == h.source for c in coded) == 1})
     if not exits:
         return list(hits)
     out = []

@@ -1,7 +1,8 @@
 """Rules drawn from round 105 after its first contact was scored: every rank of a node that raised the same error
 under torchrun's boxes is named, not only the box's first; the addresses `hostname -I` prints at a host's prompt are
 that host's; the one host at an end of every failed InfiniBand connection is the culprit when no peer is named by
-two hosts; a node's GPFS client that lost its membership, and amdgpu's PCIe error handler called for a card."""
+two hosts; a node's GPFS client that lost its membership, and amdgpu's PCIe error handler called for a card; a
+per-rank stdout file's start-up line gives its lines their rank; srun's one task exit names the traceback above it."""
 
 from __future__ import annotations
 
@@ -95,3 +96,38 @@ def test_amdgpu_s_pcie_error_handler_called_for_a_card_is_that_gpu_s_fault(tmp_p
     v = _verdict(tmp_path, {"wk-gpu02-journalctl-k.txt": kernel})
     assert v.category is Category.GPU_HARDWARE and list(v.culprit.nodes) == ["wk-gpu02"]
     assert any("0000:c3:00.0" in g for g in v.culprit.gpus)
+
+
+def test_a_per_rank_stdout_file_whose_start_up_line_names_one_rank_is_that_rank_s(tmp_path):
+    """torchrun's `--log-dir` keeps each worker's stdout in a file of its own; its first line names the process
+    (`World(world_size=16, rank=11, local_rank=3, ...)`), and its traceback carries no rank (round 105h)."""
+    own = ["10:14:46    INFO Starting RL trainer in World(world_size=16, rank=11, local_rank=3, local_world_size=8, "
+           "num_nodes=2) in /beegfs/runs/grpo-0603",
+           "10:18:19 SUCCESS Step 121 |  1m 37s | Loss 0.0187",
+           "Traceback (most recent call last):",
+           '  File "/home/svc/prime-rl/src/ckpt.py", line 212, in save',
+           "    os.makedirs(step_dir)",
+           "FileExistsError: [Errno 17] File exists: '/beegfs/runs/grpo-0603/weights/step_180'"]
+    v = _verdict(tmp_path, {"torchrun_gpu-r3n16_attempt_0_3_stdout.log": own})
+    assert v.category is Category.APPLICATION and list(v.culprit.ranks) == [11]
+    shared = [own[0], own[0].replace("rank=11, local_rank=3", "rank=12, local_rank=4"), *own[1:]]
+    assert list(_verdict(tmp_path / "shared", {"train.log": shared}).culprit.ranks) != [11]
+
+
+def _srun_traceback(exits: list[str]) -> list[str]:
+    return ["Traceback (most recent call last):",
+            '  File "/home/mh/t5/finetune_t5.py", line 301, in <module>',
+            "    convert_zero_checkpoint_to_fp32_state_dict(ckpt, out)",
+            "ValueError: Expected 16 of '*_optim_states.pt' under 'last.ckpt/global_step5622' but found 8 files.",
+            *exits]
+
+
+def test_an_unranked_traceback_right_above_srun_s_one_task_exit_is_that_task_s(tmp_path):
+    """Lightning under srun: srun's tasks are the ranks, and the one task that exited with a code of its own is the
+    one whose traceback is right above it (round 105d)."""
+    v = _verdict(tmp_path, {"t5-ds2_5530921.out": _srun_traceback(["srun: error: gpu-r3n07: task 0: Exited with exit "
+                                                                   "code 1"])})
+    assert v.category is Category.APPLICATION and list(v.culprit.ranks) == [0]
+    two = _srun_traceback(["srun: error: gpu-r3n07: task 0: Exited with exit code 1",
+                           "srun: error: gpu-r3n08: task 13: Exited with exit code 1"])
+    assert list(_verdict(tmp_path / "two", {"t5-ds2_5530921.out": two}).culprit.ranks) != [0]
