@@ -125,7 +125,8 @@ def idle_gpu_rank(hits: Sequence[Hit], rank_nodes: Mapping[int, str], universe: 
     """The rank whose GPU a pasted nvidia-smi shows without a process while every other GPU of the listing has one
     (round 40: one rank died of its own error, its peers still spin at 100 %): local rank i runs on GPU i, so it is
     the host's rank at that index of its block of consecutive ranks, or the index itself when the listing's GPUs
-    are the whole job's. [] unless exactly one listing shows exactly one such GPU."""
+    are the whole job's; so too the one GPU of a `--query-gpu` listing at 0 % with no memory. [] unless exactly one
+    listing shows exactly one such GPU."""
     gpus: dict[str, set[int]] = {}
     busy: dict[str, set[int]] = {}
     hosts: dict[str, str | None] = {}
@@ -135,6 +136,11 @@ def idle_gpu_rank(hits: Sequence[Hit], rank_nodes: Mapping[int, str], universe: 
         elif h.signature == "smi_gpu_process":
             busy.setdefault(h.source, set()).add(int(h.fields["gindex"]))
             hosts.setdefault(h.source, h.node)
+        elif h.signature == "smi_csv_load":  # a query's row: busy when it has load or memory (round 105h)
+            gpus.setdefault(h.source, set()).add(int(h.fields["cindex"]))
+            if int(h.fields["util"]) or int(h.fields["mem"]):
+                busy.setdefault(h.source, set()).add(int(h.fields["cindex"]))
+                hosts.setdefault(h.source, h.node)
     found = set()
     for source, running in busy.items():
         idle = gpus.get(source, set()) - running

@@ -291,6 +291,13 @@ LOCALISING: tuple[Signature, ...] = (
         ("|    0     21880      C   ...conda3/envs/detr/bin/python     7167MiB |",
          "|    3   N/A  N/A     41207      C   /opt/py310/bin/python                 71230MiB |"),
     ),
+    Signature(  # a row of `nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv`: a GPU's load; one
+        # at 0 % with no memory among busy ones lost its process (gpu_bus.idle_gpu_rank, round 105h)
+        "smi_csv_load", Category.GPU_HARDWARE, _CTX,
+        r"^\s*(?P<cindex>\d{1,2}), (?P<util>\d{1,3}) ?%, (?P<mem>\d+) ?MiB\s*$",
+        ("MiB",), None, "GPU {cindex} at {util} % with {mem} MiB",
+        ("2, 0 %, 0 MiB", "0, 100 %, 3811 MiB"),
+    ),
     Signature(  # a rank's start-up line that names its CUDA device (`rank 1/4, local_rank 1, ... device cuda:1`);
         # `drank`, not `rank`: the line places nothing else (its rank may be a prefix's local one elsewhere)
         "rank_device", _D, _CTX,

@@ -2,7 +2,8 @@
 under torchrun's boxes is named, not only the box's first; the addresses `hostname -I` prints at a host's prompt are
 that host's; the one host at an end of every failed InfiniBand connection is the culprit when no peer is named by
 two hosts; a node's GPFS client that lost its membership, and amdgpu's PCIe error handler called for a card; a
-per-rank stdout file's start-up line gives its lines their rank; srun's one task exit names the traceback above it."""
+per-rank stdout file's start-up line gives its lines their rank; srun's one task exit names the traceback above it;
+the one idle GPU of an `nvidia-smi --query-gpu` listing names its rank."""
 
 from __future__ import annotations
 
@@ -131,3 +132,25 @@ def test_an_unranked_traceback_right_above_srun_s_one_task_exit_is_that_task_s(t
     two = _srun_traceback(["srun: error: gpu-r3n07: task 0: Exited with exit code 1",
                            "srun: error: gpu-r3n08: task 13: Exited with exit code 1"])
     assert list(_verdict(tmp_path / "two", {"t5-ds2_5530921.out": two}).culprit.ranks) != [0]
+
+
+def test_the_one_idle_gpu_of_a_query_listing_names_the_rank_whose_error_had_no_rank(tmp_path):
+    """pdsh's host prefix places the error on the second node and DeepSpeed's hostfile gives each host eight slots;
+    `nvidia-smi --query-gpu` on that node shows GPU 2 idle while the seven others spin (round 105h): rank 10."""
+    log = ["[2025-07-06 21:26:58,101] [INFO] [runner.py:568:main] cmd = pdsh -S -f 1024 -w ip-172-31-20-41,"
+           "ip-172-31-27-9 ...",
+           "ip-172-31-20-41: [2025-07-06 21:27:02,311] [INFO] [launch.py:163:main] global_rank_mapping="
+           "defaultdict(<class 'list'>, {'ip-172-31-20-41': [0, 1, 2, 3, 4, 5, 6, 7], 'ip-172-31-27-9': [8, 9, 10, "
+           "11, 12, 13, 14, 15]})",
+           "ip-172-31-27-9: Traceback (most recent call last):",
+           'ip-172-31-27-9:   File "/home/ubuntu/Megatron-LM/megatron/data/dataset.py", line 88, in __init__',
+           "ip-172-31-27-9:     os.makedirs(lazypath)",
+           "ip-172-31-27-9: FileExistsError: [Errno 17] File exists: '/fsx/data/webtext/openwebtext.lazy'"]
+    def notes(idle: set[int]) -> list[str]:
+        return ["ubuntu@ip-172-31-27-9:~$ nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv",
+                "index, utilization.gpu [%], memory.used [MiB]",
+                *(f"{i}, 0 %, 0 MiB" if i in idle else f"{i}, 100 %, 3811 MiB" for i in range(8))]
+    v = _verdict(tmp_path, {"run.log": log, "notes_after_kill.txt": notes({2})})
+    assert v.category is Category.APPLICATION and list(v.culprit.ranks) == [10]
+    two = _verdict(tmp_path / "two", {"run.log": log, "notes_after_kill.txt": notes({2, 5})})
+    assert list(two.culprit.ranks) != [10]
