@@ -399,6 +399,12 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
         ("Permission denied",), False, "the job script could not run {path} (permission denied)",
         ("/var/spool/slurmd/job9913570/slurm_script: line 29: /home/t/envs/ds/bin/deepspeed: Permission denied",),
     ),
+    Signature(  # Open MPI's help message for an mpirun command that names one MCA parameter twice (DeepSpeed's
+        # `--launcher_args` adding its own `btl_tcp_if_include`, round 105c): the launch command, before any rank ran
+        "mpi_mca_param_twice", _A, _ROOT, r"The following MCA parameter has been listed multiple times on the",
+        ("listed multiple times",), False, "mpirun's command line names one MCA parameter twice (the launch command)",
+        ("The following MCA parameter has been listed multiple times on the",),
+    ),
     Signature(  # cudaErrorDevicesUnavailable: the node's GPUs are held (exclusive-process mode and a stray process
         # of an earlier job): the node's state, restartable on others (round 47)
         # newer CUDA says `CUDA-capable device(s) is/are busy or unavailable` (round 85c)

@@ -3,7 +3,7 @@ under torchrun's boxes is named, not only the box's first; the addresses `hostna
 that host's; the one host at an end of every failed InfiniBand connection is the culprit when no peer is named by
 two hosts; a node's GPFS client that lost its membership, and amdgpu's PCIe error handler called for a card; a
 per-rank stdout file's start-up line gives its lines their rank; srun's one task exit names the traceback above it;
-the one idle GPU of an `nvidia-smi --query-gpu` listing names its rank."""
+the one idle GPU of an `nvidia-smi --query-gpu` listing names its rank; mpirun naming one MCA parameter twice."""
 
 from __future__ import annotations
 
@@ -154,3 +154,18 @@ def test_the_one_idle_gpu_of_a_query_listing_names_the_rank_whose_error_had_no_r
     assert v.category is Category.APPLICATION and list(v.culprit.ranks) == [10]
     two = _verdict(tmp_path / "two", {"run.log": log, "notes_after_kill.txt": notes({2, 5})})
     assert list(two.culprit.ranks) != [10]
+
+
+def test_mpirun_refusing_a_command_that_names_one_mca_parameter_twice_is_the_launch_command_s(tmp_path):
+    """DeepSpeed's OpenMPI launcher adds `--mca btl_tcp_if_include`, and the user's `--launcher_args` names it again:
+    mpirun prints its help message and no rank starts (round 105c)."""
+    log = ["[2023-10-12 18:40:33,918] [INFO] [runner.py:570:main] cmd = mpirun -n 8 -hostfile ./hostfile_1473390 "
+           "--mca btl_tcp_if_include eth0 -mca btl_tcp_if_include ib0 python train.py",
+           "---------------------------------------------------------------------------",
+           "The following MCA parameter has been listed multiple times on the",
+           "command line:", "", "  MCA param:   btl_tcp_if_include", "",
+           "MCA parameters can only be listed once on a command line to ensure there",
+           "is no ambiguity as to its value.  Please correct the situation and", "try again.",
+           "---------------------------------------------------------------------------", "+ rc=1"]
+    v = _verdict(tmp_path, {"slurm-1473390.out": log})
+    assert v.category is Category.APPLICATION and v.restartable is False
