@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.lines import parse_time, ranks_of, srun_label
-from nvrx_hpc.attribution.local_ranks import file_local_maps, label_node_ranks
+from nvrx_hpc.attribution.local_ranks import file_local_maps, label_local_maps, label_node_ranks
 from nvrx_hpc.attribution.rank_blocks import launch_world
 from nvrx_hpc.attribution.signatures import NODE_LOST_SIGNATURES
 
@@ -235,6 +235,13 @@ def _ranks_beyond_labels(hits: Sequence[Hit]) -> bool:
     return len(beyond) >= 2
 
 
+def _rdzv_ranks_under_label(hits: Sequence[Hit]) -> bool:
+    """torchrun's rendezvous result under an srun label lists several global ranks (`1:   global_ranks=[8, ..., 15]`):
+    that label is a node's launcher, not a rank (round 106a)."""
+    return any(h.signature == "elastic_rdzv_ranks" and h.fields.get("srun_label") is not None
+               and len(ranks_of(h.fields.get("globals", "").replace(" ", ""))) >= 2 for h in hits)
+
+
 def _box_under_other_label(hits: Sequence[Hit]) -> bool:
     """torchrun's failure box, printed under srun's label L, names a global rank other than L: the label counts the
     node's torchrun, not its ranks (round 101b: `2:   rank : 9 (local_rank: 1)`)."""
@@ -262,7 +269,7 @@ def _launcher_tasks(hits: Sequence[Hit]) -> tuple[list[Hit], bool]:
             h.signature == "torchrun_cmd" and _SRUN_TORCHRUN.search(h.text) or _RAY_TRAIN.match(h.text)
             or h.signature == "srun_node_rank_launch" for h in hits
     ) and not _one_task_a_node(hits) and not _ds_per_node(hits) and not _ranks_beyond_labels(hits) \
-            and not _box_under_other_label(hits):
+            and not _box_under_other_label(hits) and not _rdzv_ranks_under_label(hits):
         return list(hits), False
     task_host: dict[str, str] = {}
     for h in hits:
@@ -323,6 +330,7 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
             local_global[(source, box.label, box.local)].add(box.rank)
         exits[(source, line + 1)] = box
     file_maps = file_local_maps(hits)
+    label_maps = label_local_maps(hits) if launchers else {}
     per_node = label_node_ranks(hits) if launchers else {}
     one_box = len({h.node for h in hits if h.node}) <= 1 and not any(
         srun_label(h) is not None or _several_nodes(h.text) for h in hits)
@@ -356,7 +364,10 @@ def enrich(hits: Sequence[Hit]) -> list[Hit]:
             rank = pid_rank.get(f"{node}:{pid}", None if elsewhere else pid_rank.get(pid)) if pid else None
         if rank is None and h.signature == "elastic_child_failed":
             local = _int(h.fields.get("local_rank"))
-            mapped = file_maps.get(h.source, {}).get(local) if local is not None else None
+            mapped = (label_maps.get((h.source, label), {}).get(local) if label is not None else None) \
+                if local is not None else None
+            mapped = mapped if mapped is not None else file_maps.get(h.source, {}).get(local) if local is not None \
+                else None
             label = _int(h.fields.get("srun_label") or h.fields.get("task_label"))
             if mapped is None and launchers and local is not None and label is not None and h.source in per_node:
                 mapped = label * per_node[h.source] + local  # srun's labels are torchrun's node ranks here

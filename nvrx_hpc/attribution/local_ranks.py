@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from nvrx_hpc.attribution.api import Hit, Role
 from nvrx_hpc.attribution.lines import torch_rank_prefixes
 
-__all__ = ["mark_local_prefixes", "file_local_maps", "label_node_ranks", "log_dir_ranks", "launched_worker_ranks"]
+__all__ = ["mark_local_prefixes", "file_local_maps", "label_local_maps", "label_node_ranks", "log_dir_ranks",
+           "launched_worker_ranks"]
 
 _ITEM = re.compile(r"(\d+)\s*(?:(?:\.\.|-)\s*(\d+))?")
 
@@ -85,8 +86,9 @@ def file_local_maps(hits: Sequence[Hit]) -> dict[str, dict[int, int]]:
     role: dict[str, dict[int, int]] = defaultdict(dict)
     pairs: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
     cmd: dict[str, tuple[int, int]] = {}
+    shared = _rdzv_of_several_labels(hits)
     for h in hits:
-        if h.signature == "elastic_rdzv_ranks":
+        if h.signature == "elastic_rdzv_ranks" and h.source not in shared:
             ranks = _numbers(h.fields.get("globals", ""))
             locals_ = _numbers(h.fields["locals"]) if "locals" in h.fields else list(range(len(ranks)))
             target = rdzv if h.fields.get("which") == "global" else role
@@ -112,6 +114,29 @@ def file_local_maps(hits: Sequence[Hit]) -> dict[str, dict[int, int]]:
         out[source] = found
     return out
 
+
+def _rdzv_of_several_labels(hits: Sequence[Hit]) -> set[str]:
+    """Files holding torchrun's rendezvous results under two or more srun labels: each label's list is its own node's
+    (`label_local_maps`), not the file's."""
+    labels: dict[str, set[str]] = defaultdict(set)
+    for h in hits:
+        if h.signature == "elastic_rdzv_ranks" and h.fields.get("srun_label") is not None:
+            labels[h.source].add(h.fields["srun_label"])
+    return {source for source, seen in labels.items() if len(seen) >= 2}
+
+
+def label_local_maps(hits: Sequence[Hit]) -> dict[tuple[str, str], dict[int, int]]:
+    """(source, srun label) -> {local rank: global rank} from the rendezvous result torchrun printed under that label,
+    where a file holds several nodes' (`0:   global_ranks=[0, ..., 7]`, `1:   global_ranks=[8, ..., 15]`, 106a)."""
+    out: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
+    for h in hits:
+        if h.signature == "elastic_rdzv_ranks" and h.fields.get("which") == "global" and h.fields.get("srun_label"):
+            ranks = _numbers(h.fields.get("globals", ""))
+            locals_ = _numbers(h.fields["locals"]) if "locals" in h.fields else list(range(len(ranks)))
+            if ranks and len(locals_) == len(ranks):
+                for local, rank in zip(locals_, ranks, strict=True):
+                    out[(h.source, h.fields["srun_label"])].setdefault(local, rank)
+    return dict(out)
 
 
 def label_node_ranks(hits: Sequence[Hit]) -> dict[str, int]:
