@@ -34,6 +34,7 @@ from nvrx_hpc.attribution.dcp_ranks import failed_ranks
 from nvrx_hpc.attribution.dead_peer import killed_first, raised_on_peer
 from nvrx_hpc.attribution.driver_skew import kernels_unfit
 from nvrx_hpc.attribution.fabric import FABRIC_WINDOW_S, LINK_EVENTS, SET_UP_SIGNATURES, fabric_wide
+from nvrx_hpc.attribution.first_nan import first_bad_rank
 from nvrx_hpc.attribution.gpu_bus import idle_gpu_rank, rank_on_device, ranks_on_buses
 from nvrx_hpc.attribution.hang_suspects import DIVERGED, SUSPECT_WHY, dump_hosts, hang_suspects
 from nvrx_hpc.attribution.job_shape import (
@@ -253,9 +254,7 @@ def decide(f: Findings) -> Verdict:
         diverged = how in DIVERGED
     elif waited is not None and root.strength == 1:  # a rank that never came to its communicator: a hang (101a)
         category, found_by = Category.DISTRIBUTED_HANG, "; the others timed out waiting for its NCCL unique id"
-    elif root.strength == 1:
-        # Only teardown lines (srun task exits, torchrun's summary, terminate): the failure is real,
-        # its cause is not in these logs.
+    elif root.strength == 1:  # only teardown lines (srun's task exits, torchrun's summary): its cause is not here
         category = Category.UNKNOWN
     if root.category is Category.GPU_HARDWARE and not ranks:
         ranks = (sorted(_ranks_under_gpu(root, causes, rank_nodes)) or ranks_on_buses(root.gpus, root.nodes, f.hits,
@@ -370,10 +369,11 @@ def decide(f: Findings) -> Verdict:
     if resource is not None:
         gpus, found_by = gpus if list(resource.nodes) == nodes else [], found_by + resource.why
         ranks, nodes = list(resource.ranks), list(resource.nodes)
-    if (category is Category.NUMERICAL or root.signature == "cuda_oom") and (len(nodes) >= 2
-                                                                           or beyond_one_node(ranks, universe, f)):
-        # NaN (or CUDA OOM) on several nodes: the run diverged (the model does not fit), no one GPU did it; one rank's
-        # on two (a rerun) follows its shard
+    if category is Category.NUMERICAL and (first := first_bad_rank(f.hits)) is not None:
+        ranks, nodes, gpus = [first], [rank_nodes[first]] if first in rank_nodes else [], []  # where the NaN began
+    elif (category is Category.NUMERICAL or root.signature == "cuda_oom") and (len(nodes) >= 2
+                                                                             or beyond_one_node(ranks, universe, f)):
+        # NaN (or CUDA OOM) on several nodes: the run diverged, no one GPU did it; one rank's on two follows its shard
         ranks, nodes, gpus = ranks if len(ranks) == 1 and len(nodes) >= 2 else [], [], []
     elif category is Category.NUMERICAL and len(ranks) >= 2 and not one_node_of_several(ranks, rank_nodes, f):
         ranks, nodes, gpus = [], [], []  # several ranks' loss went bad together: the run diverged, no GPU did it

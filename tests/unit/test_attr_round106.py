@@ -1,5 +1,6 @@
 """Rules drawn from round 106 after its first contact was scored: torchrun's rendezvous results printed under srun's
-labels make the labels the nodes' launchers, and each label's list maps its own node's local ranks."""
+labels make the labels the nodes' launchers, and each label's list maps its own node's local ranks; the rank whose loss
+went nan a step before every other rank's is where the NaN began."""
 
 from __future__ import annotations
 
@@ -37,3 +38,32 @@ def test_torchrun_s_rendezvous_results_under_srun_labels_make_them_launchers(tmp
     v = _verdict(tmp_path, {"slurm-2077431.out": _log()})
     assert v.category is Category.APPLICATION and list(v.culprit.ranks) == [15]
     assert list(v.culprit.nodes) == ["gpu-b14"]
+
+
+def _bars(node_first: dict[int, int]) -> dict[str, list[str]]:
+    """Two nodes' torchrun logs (four local ranks each); each rank's loss is nan from the step `node_first` gives
+    (global rank -> first bad step of ten) through the next epoch."""
+    files: dict[str, list[str]] = {}
+    for node in (0, 1):
+        host = f"ws-3090-{'ab'[node]}"
+        lines = [f"(diffad) lab@{host}:~/DiffusionAD$ torchrun --nnodes 2 --nproc_per_node 4 --node_rank {node} "
+                 "--master_addr 192.168.10.21 --master_port 29511 --tee 3 train_ddp.py"]
+        for epoch in (0, 1):
+            for step in range(1, 11):
+                for local in range(4):
+                    bad = epoch > 0 or step >= node_first[4 * node + local]
+                    loss = "nan" if bad else f"{2.0 + step / 10:.3f}"
+                    lines.append(f"[default{local}]:Epoch:{epoch}, Train loss: {loss}: {step * 10:3d}%|█   | "
+                                 f"{step}/10 [00:{step:02d}<00:10,  1.9s/it]")
+        files[f"{host}_screw.log"] = lines
+    return files
+
+
+def test_the_rank_whose_loss_went_nan_a_step_before_the_others_is_where_it_began(tmp_path):
+    """One rank's batch of abnormal samples makes its loss nan at step 3; the all-reduce spreads it to every other
+    rank at step 4 (round 106c): rank 5."""
+    first = {r: 4 for r in range(8)}
+    v = _verdict(tmp_path, _bars({**first, 5: 3}))
+    assert v.category is Category.NUMERICAL and list(v.culprit.ranks) == [5]
+    together = _verdict(tmp_path / "together", _bars(first))
+    assert list(together.culprit.ranks) == []
