@@ -428,10 +428,15 @@ CATALOG: tuple[Signature, ...] = NATIVE + (
     ),
     Signature(  # the verbs library refused a call (a memory registration without GPUDirect RDMA, a bad GID): the
         # adapter's set-up on that host, the system error NCCL then raises is its consequence (round 42)
-        "nccl_ibv_call_failed", _N, _ROOT, r"NCCL WARN Call to (?P<call>ibv_\w+) failed",
-        ("NCCL WARN Call to ibv_",), True, "the InfiniBand verbs call {call} failed",
+        # UCX's own words under MPI (`UCX  ERROR ibv_reg_mr(address=0x7f1c..., ...) failed: Bad address`: a node whose
+        # adapter cannot register GPU memory, no GPUDirect RDMA there, round 106e)
+        "nccl_ibv_call_failed", _N, _ROOT,
+        r"(?:NCCL WARN Call to (?P<call>ibv_\w+) failed|UCX\s+ERROR (?P<ucall>ibv_reg_mr\w*)\([^\n]*\) failed)",
+        ("NCCL WARN Call to ibv_", "ERROR ibv_reg_mr"), True, "the InfiniBand verbs call {call} failed",
         ("gn0:1272040:1480527 [0] misc/ibvwrap.cc:182 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid "
-         "argument",),
+         "argument",
+         "[1716275655.208113] [gpu-rtx3090-01:50412:0]           ib_md.c:349  UCX  ERROR ibv_reg_mr(address="
+         "0x7f1c4ba00000, length=2097152, access=0xf) failed: Bad address"),
     ),
     Signature(
         "nccl_system_error", _N, _WEAK, r"unhandled system error", ("unhandled system error",), True,

@@ -1,6 +1,6 @@
 """Rules drawn from round 106 after its first contact was scored: torchrun's rendezvous results printed under srun's
 labels make the labels the nodes' launchers, and each label's list maps its own node's local ranks; the rank whose loss
-went nan a step before every other rank's is where the NaN began."""
+went nan a step before every other rank's is where the NaN began; UCX failing to register GPU memory is the adapter's."""
 
 from __future__ import annotations
 
@@ -67,3 +67,17 @@ def test_the_rank_whose_loss_went_nan_a_step_before_the_others_is_where_it_began
     assert v.category is Category.NUMERICAL and list(v.culprit.ranks) == [5]
     together = _verdict(tmp_path / "together", _bars(first))
     assert list(together.culprit.ranks) == []
+
+
+def test_ucx_failing_to_register_gpu_memory_on_one_node_is_that_node_s_adapter(tmp_path):
+    """Under mpirun, UCX on one node cannot register the GPU's memory with the adapter (`ibv_reg_mr(...) failed: Bad
+    address`: no GPUDirect RDMA there), and MPI_Bcast fails on that node's ranks (round 106e)."""
+    log = []
+    for rank in (9, 8, 10):
+        pid = 50403 + rank
+        log += [f"[1,{rank}]<stdout>:[1716275655.208113] [gpu-rtx3090-01:{pid}:0]           ib_md.c:349  UCX  ERROR "
+                f"ibv_reg_mr(address=0x7f1c4ba00000, length=2097152, access=0xf) failed: Bad address",
+                f"[1,{rank}]<stderr>:[gpu-rtx3090-01:{pid}] *** An error occurred in MPI_Bcast",
+                f"[1,{rank}]<stderr>:[gpu-rtx3090-01:{pid}] *** MPI_ERR_OTHER: known error not in list"]
+    v = _verdict(tmp_path, {"slurm-2291847.out": log})
+    assert v.category is Category.NETWORK and list(v.culprit.nodes) == ["gpu-rtx3090-01"] and v.restartable
