@@ -1,6 +1,7 @@
 """Rules drawn from round 106 after its first contact was scored: torchrun's rendezvous results printed under srun's
 labels make the labels the nodes' launchers, and each label's list maps its own node's local ranks; the rank whose loss
-went nan a step before every other rank's is where the NaN began; UCX failing to register GPU memory is the adapter's."""
+went nan a step before every other rank's is where the NaN began; UCX failing to register GPU memory is the node
+adapter's."""
 
 from __future__ import annotations
 
