@@ -278,6 +278,13 @@ NETWORK: tuple[Signature, ...] = (
         ("ip-10-3-18-7:79:176 [0] nccl_net_ofi_rdma_domain_get_ep:969 NCCL WARN NET/OFI Creating new endpoint for "
          "domain 0x7f02d5e6ece5 failed: Invalid argument",),
     ),
+    Signature(  # NCCL_NET names a network no loaded plugin provides (`NCCL WARN Error: network FasTrak not found.`):
+        # the node's net plugin or its devices are missing (a rebooted node before its devices came up, an image whose
+        # plugin cannot load, round 106g); the set-up where it runs, not the code
+        "nccl_net_not_found", _N, _ROOT, r"NCCL WARN Error: network (?P<net>\S+) not found",
+        ("Error: network",), False, "NCCL's network {net} was not found (its plugin or devices are missing)",
+        ("a3mega-a3meganodeset-6:1405:1405 [7] net.cc:579 NCCL WARN Error: network FasTrak not found.",),
+    ),
     Signature(
         "nccl_remote_error", _N, _WEAK,
         r"(?:remote process exited or there was a network error|ncclRemoteError)",

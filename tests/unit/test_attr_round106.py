@@ -1,7 +1,7 @@
 """Rules drawn from round 106 after its first contact was scored: torchrun's rendezvous results printed under srun's
 labels make the labels the nodes' launchers, and each label's list maps its own node's local ranks; the rank whose loss
 went nan a step before every other rank's is where the NaN began; UCX failing to register GPU memory is the node
-adapter's."""
+adapter's; a network NCCL cannot find is the network set-up's."""
 
 from __future__ import annotations
 
@@ -82,3 +82,16 @@ def test_ucx_failing_to_register_gpu_memory_on_one_node_is_that_node_s_adapter(t
                 f"[1,{rank}]<stderr>:[gpu-rtx3090-01:{pid}] *** MPI_ERR_OTHER: known error not in list"]
     v = _verdict(tmp_path, {"slurm-2291847.out": log})
     assert v.category is Category.NETWORK and list(v.culprit.nodes) == ["gpu-rtx3090-01"] and v.restartable
+
+
+def test_a_network_nccl_cannot_find_is_the_network_set_up_not_a_framework_crash(tmp_path):
+    """`NCCL_NET=gIB` where the plugin cannot load: every rank's NCCL says the network was not found, and the
+    communicator's init fails with an internal error (round 106g)."""
+    log = []
+    for rank in range(4):
+        log += [f"{rank // 2}: trainer-{rank // 2}:{1400 + rank}:{1400 + rank} [{rank % 2}] net.cc:579 NCCL WARN "
+                "Error: network gIB not found.",
+                f"{rank // 2}: [rank{rank}]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:"
+                "1970, internal error - please report this issue to the NCCL developers"]
+    v = _verdict(tmp_path, {"train.log": log})
+    assert v.category is Category.NETWORK and v.restartable is False
